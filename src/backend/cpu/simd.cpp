@@ -1,0 +1,50 @@
+#include "backend/cpu/simd.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace wick::cpu {
+
+namespace generic {
+extern const SimdKernels kKernels;
+}
+namespace avx2 {
+extern const SimdKernels kKernels;
+}
+namespace avx512 {
+extern const SimdKernels kKernels;
+}
+
+const SimdKernels* simd_for(const char* isa) {
+  __builtin_cpu_init();
+  if (!std::strcmp(isa, "generic")) return &generic::kKernels;
+  if (!std::strcmp(isa, "avx2"))
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &avx2::kKernels
+                                                                           : nullptr;
+  if (!std::strcmp(isa, "avx512"))
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+               ? &avx512::kKernels
+               : nullptr;
+  return nullptr;
+}
+
+const SimdKernels& simd() {
+  static const SimdKernels* chosen = [] {
+    if (const char* want = std::getenv("WICK_ISA"); want && *want) {
+      const SimdKernels* k = simd_for(want);
+      if (!k)
+        throw std::runtime_error(std::string("WICK_ISA=") + want +
+                                 ": not one of generic, avx2, avx512 supported by this CPU");
+      return k;
+    }
+    for (const char* isa : {"avx512", "avx2"})
+      if (const SimdKernels* k = simd_for(isa)) return k;
+    return &generic::kKernels;
+  }();
+  return *chosen;
+}
+
+}  // namespace wick::cpu

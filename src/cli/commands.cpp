@@ -1,0 +1,251 @@
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/simd.h"
+#include "io/error.h"
+#include "model/convert.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+namespace wick::cli {
+
+using json = nlohmann::json;
+
+void apply_env() {
+  if (const char* t = std::getenv("WICK_THREADS"); t && *t) {
+    char* end = nullptr;
+    long n = std::strtol(t, &end, 10);
+    if (*end || n < 0 || n > 1024)
+      throw std::runtime_error(fmt::format("WICK_THREADS={}: expected a whole number 0..1024", t));
+    cpu::set_n_threads(int(n));
+  } else {
+    cpu::set_n_threads(0);
+  }
+  if (const char* l = std::getenv("WICK_LOG"); l && *l) {
+    auto level = spdlog::level::from_str(l);
+    if (level == spdlog::level::off && std::string(l) != "off")
+      throw std::runtime_error(
+          fmt::format("WICK_LOG={}: expected trace, debug, info, warn, error or off", l));
+    spdlog::set_level(level);
+  }
+}
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string tok = s.substr(i, j - i);
+    char* end = nullptr;
+    long v = std::strtol(tok.c_str(), &end, 10);
+    if (tok.empty() || *end || v < 0 || v > INT32_MAX)
+      throw std::runtime_error(fmt::format("--ids: '{}' is not a token id", tok));
+    ids.push_back(int32_t(v));
+    i = j + 1;
+  }
+  if (ids.empty()) throw std::runtime_error("--ids: no token ids given");
+  return ids;
+}
+
+// A batch of one sequence at positions [start, start + n) in a contiguous cache.
+Batch one_seq_batch(const int32_t* ids, int64_t n, int64_t start, bool all_logits) {
+  Batch b;
+  b.block_tables = {{0}};
+  for (int64_t i = 0; i < n; ++i) b.add(ids[i], int32_t(start + i), 0, all_logits || i == n - 1);
+  return b;
+}
+
+}  // namespace
+
+void register_info(CLI::App& app) {
+  auto* cmd =
+      app.add_subcommand("info", "Show a model's architecture, size, tensor types and tokenizer");
+  static std::string path;
+  static bool as_json = false;
+  cmd->add_option("MODEL", path, "a .gguf file or a HF folder")->required();
+  cmd->add_flag("--json", as_json, "print JSON");
+  cmd->callback([] {
+    auto m = load_model(path);
+    const ModelConfig& c = m->config;
+    json types = json::object();
+    for (auto& [t, n] : m->n_params_by_dtype) types[t] = n;
+    json j = {{"path", path},
+              {"format", m->format == ModelFormat::Gguf ? "gguf" : "hf"},
+              {"architecture", arch_name(c.arch)},
+              {"n_params", m->n_params},
+              {"tensor_types", types},
+              {"context_length", c.n_ctx_train},
+              {"n_vocab", c.n_vocab},
+              {"n_embd", c.n_embd},
+              {"n_layer", c.n_layer},
+              {"n_head", c.n_head},
+              {"n_head_kv", c.n_head_kv},
+              {"head_dim", c.head_dim},
+              {"n_ff", c.n_ff},
+              {"n_expert", c.n_expert},
+              {"n_expert_used", c.n_expert_used},
+              {"rope_theta", c.rope_theta},
+              {"rope_type", c.rope_type},
+              {"sliding_window", c.sliding_window},
+              {"tied_embeddings", c.tie_embeddings},
+              {"tokenizer", m->tokenizer_kind}};
+    if (as_json) {
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    fmt::print("model         {}\n", path);
+    fmt::print("format        {}\n", j["format"].get<std::string>());
+    fmt::print("architecture  {}\n", arch_name(c.arch));
+    fmt::print("parameters    {} ({:.1f} M)\n", m->n_params, double(m->n_params) / 1e6);
+    std::string ts;
+    for (auto& [t, n] : m->n_params_by_dtype)
+      ts += fmt::format("{}{}: {}", ts.empty() ? "" : ", ", t, n);
+    fmt::print("tensor types  {}\n", ts);
+    fmt::print("context       {}\n", c.n_ctx_train);
+    fmt::print("shape         vocab {} · embd {} · layers {} · heads {}/{} · head_dim {} · ff {}\n",
+               c.n_vocab, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_ff);
+    if (c.is_moe())
+      fmt::print("experts       {} ({} per token, ff {})\n", c.n_expert, c.n_expert_used,
+                 c.n_ff_expert);
+    fmt::print("rope          theta {} · {}\n", c.rope_theta, c.rope_type);
+    if (c.sliding_window) fmt::print("window        {}\n", c.sliding_window);
+    fmt::print("tokenizer     {}\n", m->tokenizer_kind);
+  });
+}
+
+void register_logits(CLI::App& app) {
+  auto* cmd = app.add_subcommand("logits", "Print the logits of a token sequence (for tests)");
+  static std::string path, ids_str;
+  static bool all = false, as_json = false;
+  cmd->add_option("MODEL", path, "a .gguf file or a HF folder")->required();
+  cmd->add_option("--ids", ids_str, "comma-separated token ids")->required();
+  cmd->add_flag("--all", all, "logits at every position (a list of rows)");
+  cmd->add_flag("--json", as_json, "print JSON (the only output format)");
+  cmd->callback([] {
+    auto ids = parse_ids(ids_str);
+    auto m = load_model(path);
+    const ModelConfig& c = m->config;
+    const int64_t n = int64_t(ids.size());
+    KvCache kv(c.n_layer, 1, n, c.kv_dim());
+    ForwardScratch s;
+    Batch b = one_seq_batch(ids.data(), n, 0, all);
+    std::vector<float> logits(b.logit_rows.size() * size_t(c.n_vocab));
+    forward(*m, b, kv, s, logits.data());
+    json out = {{"n_vocab", c.n_vocab}};
+    auto row = [&](size_t r) {
+      return std::vector<float>(logits.begin() + long(r * c.n_vocab),
+                                logits.begin() + long((r + 1) * c.n_vocab));
+    };
+    if (all) {
+      json rows = json::array();
+      for (size_t r = 0; r < b.logit_rows.size(); ++r) rows.push_back(row(r));
+      out["logits"] = rows;
+    } else {
+      out["logits"] = row(0);
+    }
+    fmt::print("{}\n", out.dump());
+  });
+}
+
+void register_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench",
+                                 "Measure prefill (pp) and decode (tg) speed, as llama-bench does");
+  static std::string path;
+  static int n_prompt = 512, n_gen = 128, reps = 3;
+  static bool as_json = false;
+  cmd->add_option("MODEL", path, "a .gguf file or a HF folder")->required();
+  cmd->add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")
+      ->check(CLI::Range(1, 100));
+  cmd->add_flag("--json", as_json, "print JSON");
+  cmd->callback([] {
+    auto m = load_model(path);
+    const ModelConfig& c = m->config;
+    std::mt19937 rng(42);
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(c.n_vocab - 1));
+    const int64_t n_ctx = std::max(n_prompt, n_gen) + 1;
+    KvCache kv(c.n_layer, 1, n_ctx, c.kv_dim());
+    ForwardScratch s;
+    std::vector<float> logits(size_t(c.n_vocab));
+    using clk = std::chrono::steady_clock;
+    auto run_pp = [&] {
+      std::vector<int32_t> ids(static_cast<size_t>(n_prompt));
+      for (auto& x : ids) x = tok(rng);
+      Batch b = one_seq_batch(ids.data(), n_prompt, 0, false);
+      auto t0 = clk::now();
+      forward(*m, b, kv, s, logits.data());
+      return std::chrono::duration<double>(clk::now() - t0).count();
+    };
+    auto run_tg = [&] {
+      int32_t id = tok(rng);
+      auto t0 = clk::now();
+      for (int i = 0; i < n_gen; ++i) {
+        Batch b = one_seq_batch(&id, 1, i, false);
+        forward(*m, b, kv, s, logits.data());
+        id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      return std::chrono::duration<double>(clk::now() - t0).count();
+    };
+    auto measure = [&](auto fn, int n_tok) {
+      fn();  // warm-up
+      std::vector<double> rates;
+      for (int r = 0; r < reps; ++r) rates.push_back(n_tok / fn());
+      double mean = 0, var = 0;
+      for (double x : rates) mean += x / reps;
+      for (double x : rates) var += (x - mean) * (x - mean) / reps;
+      return std::pair{mean, std::sqrt(var)};
+    };
+    json results = json::array();
+    std::string types;
+    for (auto& [t, n] : m->n_params_by_dtype) types += (types.empty() ? "" : "+") + t;
+    if (!as_json)
+      fmt::print(
+          "| model | arch | types | params | threads | isa | test | t/s "
+          "|\n|---|---|---|---|---|---|---|---|\n");
+    auto report = [&](const std::string& test, std::pair<double, double> r) {
+      results.push_back({{"test", test}, {"tok_s", r.first}, {"stddev", r.second}});
+      if (!as_json)
+        fmt::print("| {} | {} | {} | {:.1f}M | {} | {} | {} | {:.2f} ± {:.2f} |\n", path,
+                   arch_name(c.arch), types, double(m->n_params) / 1e6, cpu::n_threads(),
+                   cpu::simd().isa, test, r.first, r.second);
+    };
+    if (n_prompt > 0) report(fmt::format("pp{}", n_prompt), measure(run_pp, n_prompt));
+    if (n_gen > 0) report(fmt::format("tg{}", n_gen), measure(run_tg, n_gen));
+    if (as_json)
+      fmt::print("{}\n", json{{"model", path},
+                              {"threads", cpu::n_threads()},
+                              {"isa", cpu::simd().isa},
+                              {"results", results}}
+                             .dump(2));
+  });
+}
+
+void register_convert(CLI::App& app) {
+  auto* cmd =
+      app.add_subcommand("convert", "Convert a HF folder to a GGUF file (llama.cpp naming)");
+  static std::string src, dst, type = "f16";
+  cmd->add_option("SRC", src, "HF folder (config.json + safetensors)")->required();
+  cmd->add_option("OUT", dst, "output .gguf path")->required();
+  cmd->add_option("--type", type, "f32, f16, bf16 or q8_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+  cmd->callback([] {
+    convert_hf_to_gguf(src, dst, *dtype_from_name(type));
+    spdlog::info("wrote {}", dst);
+  });
+}
+
+}  // namespace wick::cli

@@ -1,0 +1,13 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace wick::cli {
+
+void apply_env();  // WICK_THREADS, WICK_LOG; throws on invalid values
+void register_info(CLI::App& app);
+void register_logits(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_convert(CLI::App& app);
+
+}  // namespace wick::cli

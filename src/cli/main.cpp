@@ -1,0 +1,36 @@
+// wick command-line front end. Each subcommand is a thin layer over the library.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("%^%l%$: %v");
+  spdlog::set_default_logger(spdlog::stderr_color_mt("wick"));
+  CLI::App app{"wick: run large language models locally and fast (CPU; CUDA planned)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "wick 0.1.0");
+  app.footer(
+      "Environment:\n"
+      "  WICK_THREADS  worker threads for CPU kernels (default: all cores)\n"
+      "  WICK_ISA      force a CPU kernel set: generic, avx2 or avx512 (default: best available)\n"
+      "  WICK_LOG      log level: trace, debug, info, warn, error (default: info)\n");
+  wick::cli::register_info(app);
+  wick::cli::register_logits(app);
+  wick::cli::register_bench(app);
+  wick::cli::register_convert(app);
+  try {
+    wick::cli::apply_env();
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+// Model hyper-parameters, from a HF config.json or GGUF metadata.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace wick {
+
+class GgufFile;
+
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral };
+const char* arch_name(Arch a);
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;         // dense MLP width
+  int64_t n_ctx_train = 0;  // max_position_embeddings / context_length
+  float rms_eps = 1e-6f;
+  float rope_theta = 10000.f;
+  // Per-frequency divisors (head_dim / 2 of them) from rope scaling: llama3
+  // or linear. Empty when the model uses plain RoPE.
+  std::vector<float> rope_freq_factors;
+  std::string rope_type = "default";
+  bool tie_embeddings = false;
+  bool qkv_bias = false;       // Qwen2, or Llama with attention_bias
+  bool o_bias = false;         // Llama with attention_bias
+  bool qk_norm = false;        // Qwen3: RMSNorm per head on q and k before RoPE
+  int64_t sliding_window = 0;  // 0 = full attention (Mistral: each token sees this many)
+  // Mixture of experts (Mixtral, Qwen3-MoE).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_expert = 0;
+  bool norm_topk_prob = true;         // renormalise the chosen experts' weights
+  std::vector<int64_t> dense_layers;  // Qwen3-MoE mlp_only_layers / sparse step
+
+  bool is_moe() const { return n_expert > 0; }
+  bool layer_is_moe(int64_t il) const;
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+
+  // Throws ModelError naming `source` when a value is missing or inconsistent.
+  void validate(const std::string& source) const;
+};
+
+ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& source);
+ModelConfig config_from_gguf(const GgufFile& f);
+
+// llama3 rope scaling: the divisor of each inverse frequency.
+std::vector<float> llama3_freq_factors(int64_t head_dim, float theta, float factor,
+                                       float low_freq_factor, float high_freq_factor,
+                                       float original_max_pos);
+
+}  // namespace wick

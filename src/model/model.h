@@ -1,0 +1,38 @@
+// A loaded model: config, weights, and the storage they point into. Holds no
+// request state; many requests may run on one Model.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace wick {
+
+enum class ModelFormat { Gguf, HfFolder };
+
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
+  ModelFormat format = ModelFormat::Gguf;
+  std::string path;
+  std::string tokenizer_kind;  // e.g. "gguf:gpt2/smollm", "tokenizer.json:BPE", "none"
+  int64_t n_params = 0;
+  std::map<std::string, int64_t> n_params_by_dtype;  // "q4_1" -> count
+
+  // What the views point into.
+  std::unique_ptr<GgufFile> gguf;
+  TensorSet tensors;
+  std::vector<std::vector<uint8_t>> owned;  // converted or re-ordered tensors
+};
+
+// Loads a .gguf file or a HF folder (config.json + safetensors). Every
+// expected tensor is checked for presence, shape and type; errors (IoError,
+// ModelError) name the file, the tensor and what was expected.
+std::unique_ptr<Model> load_model(const std::string& path);
+
+}  // namespace wick
