@@ -54,6 +54,14 @@ class Emitter {
   void matrix(const std::string& name, const Weight& w) {
     matrix(name, {&w}, [](int64_t r) { return r; });
   }
+  // Kept in f32 whatever the target (as llama.cpp does for MoE routers):
+  // rounding flips expert choices, which costs far more than it saves.
+  void matrix_f32(const std::string& name, const Weight& w) {
+    DType keep = type_;
+    type_ = DType::F32;
+    matrix(name, w);
+    type_ = keep;
+  }
   void vector(const std::string& name, const Weight& w) {
     w_.add_tensor(name, DType::F32, {w.n_in}, w.data, size_t(w.n_in) * 4);
   }
@@ -169,7 +177,7 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
       e.matrix(p + "ffn_down.weight", l.w_down);
       continue;
     }
-    e.matrix(p + "ffn_gate_inp.weight", l.router);
+    e.matrix_f32(p + "ffn_gate_inp.weight", l.router);
     std::vector<const Weight*> g, u, d;
     for (auto& x : l.experts) {
       g.push_back(&x.gate);

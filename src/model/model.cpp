@@ -27,14 +27,14 @@ class Loader {
     if (!t)
       throw_model("{}: tensor '{}' is missing (expected shape {})", m_.path, name,
                   shape_str(shape));
-    if (t->shape != shape)
-      throw_model("{}: tensor '{}' has shape {}, expected {}", t->file, name, shape_str(t->shape),
-                  shape_str(shape));
     if (!traits(t->dtype).supported)
       throw_model(
           "{}: tensor '{}' has type {}, which wick does not support (supported: f32, f16, "
           "bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)",
           t->file, name, dtype_name(t->dtype));
+    if (t->shape != shape)
+      throw_model("{}: tensor '{}' has shape {}, expected {}", t->file, name, shape_str(t->shape),
+                  shape_str(shape));
     count(*t);
     return *t;
   }

@@ -1,0 +1,89 @@
+// Micro-benchmarks of the CPU kernels (Google Benchmark). Speed targets live
+// here and in `wick bench`, never in unit tests.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/simd.h"
+#include "io/quant_blocks.h"
+
+namespace {
+
+using namespace wick;
+
+// A random weight of the given type: random blocks with sane f16 scales.
+std::vector<uint8_t> random_weight(DType t, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+  std::vector<float> row(static_cast<size_t>(n_in));
+  std::normal_distribution<float> nd(0.f, 0.02f);
+  const size_t rb = row_bytes(t, n_in);
+  std::vector<uint8_t> out(size_t(n_out) * rb);
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (auto& x : row) x = nd(rng);
+    uint8_t* dst = out.data() + size_t(r) * rb;
+    switch (t) {
+      case DType::F32:
+        std::memcpy(dst, row.data(), rb);
+        break;
+      case DType::BF16:
+        for (int64_t i = 0; i < n_in; ++i)
+          reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(row[size_t(i)]);
+        break;
+      case DType::Q8_0:
+        quantize_row_q8_0(row.data(), dst, n_in);
+        break;
+      default:  // Q4_0 / Q4_1: random nibbles, small scales
+        for (size_t i = 0; i < rb; ++i) dst[i] = uint8_t(rng());
+        for (int64_t b = 0; b < n_in / 32; ++b) {
+          auto* blk = dst + size_t(b) * traits(t).block_bytes;
+          uint16_t d = f32_to_f16(0.002f);
+          std::memcpy(blk, &d, 2);
+          if (t == DType::Q4_1) std::memcpy(blk + 2, &d, 2);
+        }
+    }
+  }
+  return out;
+}
+
+// y = W x for a Qwen2.5-0.5B-sized projection (896 -> 4864), n_rows tokens.
+void BM_Matmul(benchmark::State& st, DType t) {
+  const int64_t n_in = 896, n_out = 4864, n_rows = st.range(0);
+  std::mt19937 rng(1);
+  auto wbytes = random_weight(t, n_out, n_in, rng);
+  Weight w{t, n_out, n_in, wbytes.data()};
+  std::vector<float> x(size_t(n_rows * n_in)), y(size_t(n_rows * n_out));
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  cpu::set_n_threads(0);
+  for (auto _ : st) {
+    cpu::matmul(w, x.data(), n_rows, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(double(2 * n_in * n_out * n_rows),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+  st.counters["weight_GB/s"] =
+      benchmark::Counter(double(wbytes.size()), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  st.SetLabel(std::string(dtype_name(t)) + " " + cpu::simd().isa);
+}
+BENCHMARK_CAPTURE(BM_Matmul, f32, DType::F32)->Arg(1)->Arg(32);
+BENCHMARK_CAPTURE(BM_Matmul, bf16, DType::BF16)->Arg(1)->Arg(32);
+BENCHMARK_CAPTURE(BM_Matmul, q8_0, DType::Q8_0)->Arg(1)->Arg(32);
+BENCHMARK_CAPTURE(BM_Matmul, q4_0, DType::Q4_0)->Arg(1)->Arg(32);
+BENCHMARK_CAPTURE(BM_Matmul, q4_1, DType::Q4_1)->Arg(1)->Arg(32);
+
+void BM_Dot(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  std::vector<float> a(size_t(n), 1.f), b(size_t(n), 2.f);
+  const auto& k = cpu::simd();
+  for (auto _ : st) benchmark::DoNotOptimize(k.dot(a.data(), b.data(), n));
+  st.SetLabel(k.isa);
+}
+BENCHMARK(BM_Dot)->Arg(64)->Arg(896)->Arg(4864);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,117 @@
+// Shared test helpers: fixture paths, reference files, running a model.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/forward.h"
+#include "model/model.h"
+
+namespace wick::test {
+
+inline std::string shared_dir() {
+  return WICK_SHARED_DIR;
+}
+inline std::string tiny_dir(const std::string& arch) {
+  return shared_dir() + "/fixtures/tiny-models/" + arch;
+}
+inline std::string data_dir() {
+  return WICK_TEST_DATA_DIR;
+}  // made by the setup tests
+inline std::string wick_bin() {
+  return WICK_BIN;
+}
+
+#define WICK_REQUIRE_SHARED()                                                           \
+  do {                                                                                  \
+    if (!std::filesystem::exists(::wick::test::shared_dir() + "/fixtures/tiny-models")) \
+      GTEST_SKIP() << "../shared/fixtures not found at " << ::wick::test::shared_dir(); \
+  } while (0)
+
+inline const std::vector<std::string>& archs() {
+  static const std::vector<std::string> a{"llama", "mistral",   "qwen2",
+                                          "qwen3", "qwen3_moe", "mixtral"};
+  return a;
+}
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+inline std::vector<float> read_f32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  in.seekg(0, std::ios::end);
+  std::vector<float> v(size_t(in.tellg()) / 4);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
+  return v;
+}
+
+// max |a - b| / max |b|: the error relative to the reference's scale.
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return a.size() == b.size() ? num / den : INFINITY;
+}
+
+// Runs `ids` as one sequence in chunks of `chunk` tokens (0 = one pass) and
+// returns the logits of every position, [n, n_vocab].
+inline std::vector<float> run_all_logits(const Model& m, const std::vector<int32_t>& ids,
+                                         int64_t chunk = 0) {
+  const auto& c = m.config;
+  const int64_t n = int64_t(ids.size());
+  KvCache kv(c.n_layer, 1, n, c.kv_dim());
+  ForwardScratch s;
+  std::vector<float> out(size_t(n * c.n_vocab));
+  if (chunk <= 0) chunk = n;
+  for (int64_t start = 0; start < n; start += chunk) {
+    Batch b;
+    b.block_tables = {{0}};
+    const int64_t end = std::min(n, start + chunk);
+    for (int64_t i = start; i < end; ++i) b.add(ids[size_t(i)], int32_t(i), 0, true);
+    forward(m, b, kv, s, out.data() + start * c.n_vocab);
+  }
+  return out;
+}
+
+struct StTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// Writes a safetensors file; `edit` may rewrite the header before it is written.
+inline void write_safetensors(const std::string& path, const std::vector<StTensor>& ts,
+                              std::function<void(nlohmann::json&)> edit = nullptr) {
+  nlohmann::json h = nlohmann::json::object();
+  uint64_t off = 0;
+  std::vector<uint8_t> data;
+  for (auto& t : ts) {
+    h[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+    off += t.bytes.size();
+  }
+  if (edit) edit(h);
+  std::string hs = h.dump();
+  uint64_t n = hs.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(hs.data(), std::streamsize(hs.size()));
+  out.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+}
+
+}  // namespace wick::test

@@ -1,0 +1,134 @@
+// GGUF reading (every metadata type, nested arrays, v2 and v3) and
+// dequantization of every supported type against the `gguf` Python package.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/cpu/simd.h"
+#include "helpers.h"
+#include "io/error.h"
+#include "io/gguf.h"
+
+namespace wick::test {
+namespace {
+
+std::string fixture() {
+  return data_dir() + "/gguf/quants.gguf";
+}
+
+TEST(Gguf, ReadsEveryMetadataType) {
+  GgufFile f(fixture());
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(*f.get_int("test.u8"), 255);
+  EXPECT_EQ(*f.get_int("test.i8"), -128);
+  EXPECT_EQ(*f.get_int("test.u16"), 65535);
+  EXPECT_EQ(*f.get_int("test.i16"), -32768);
+  EXPECT_EQ(*f.get_int("test.u32"), 4000000000LL);
+  EXPECT_EQ(*f.get_int("test.i32"), -2000000000LL);
+  EXPECT_EQ(uint64_t(*f.get_int("test.u64")), (1ull << 63) + 5);
+  EXPECT_EQ(*f.get_int("test.i64"), -(1LL << 62));
+  EXPECT_EQ(*f.get_float("test.f32"), 0.25);
+  EXPECT_EQ(*f.get_float("test.f64"), -1.5e300);
+  EXPECT_EQ(std::get<bool>(f.get("test.bool")->v), true);
+  EXPECT_EQ(*f.get_str("test.str"), "héllo ✓");
+  auto& ai = f.get("test.arr_i32")->as_array();
+  ASSERT_EQ(ai.size(), 3u);
+  EXPECT_EQ(ai[1].as_int(), -2);
+  auto& as = f.get("test.arr_str")->as_array();
+  ASSERT_EQ(as.size(), 3u);
+  EXPECT_EQ(as[1].as_str(), "");
+  EXPECT_EQ(as[2].as_str(), "ü");
+  auto& nested = f.get("test.nested")->as_array();
+  ASSERT_EQ(nested.size(), 2u);
+  EXPECT_EQ(f.get("test.nested")->elem_type, GgufType::ARRAY);
+  ASSERT_EQ(nested[1].as_array().size(), 3u);
+  EXPECT_EQ(nested[1].as_array()[2].as_int(), 5);
+  EXPECT_THROW(f.get_int("test.str"), IoError);
+}
+
+// Every block of every type, through the reference path and each SIMD kernel
+// set this CPU has: bit-exact against gguf.quants.dequantize.
+TEST(Gguf, DequantizationMatchesGgufPackage) {
+  GgufFile f(fixture());
+  auto expect = read_json(data_dir() + "/gguf/expect.json");
+  int n_types = 0;
+  for (auto& t : expect["tensors"]) {
+    const TensorView* tv = f.tensors().find(t["name"]);
+    ASSERT_NE(tv, nullptr) << t["name"];
+    EXPECT_EQ(dtype_name(tv->dtype), t["type"].get<std::string>());
+    EXPECT_EQ(tv->shape, t["shape"].get<std::vector<int64_t>>());
+    auto want = read_f32(data_dir() + "/gguf/" + t["type"].get<std::string>() + ".f32");
+    ASSERT_EQ(int64_t(want.size()), tv->numel());
+    const int64_t n_in = tv->shape[1];
+    const size_t rb = row_bytes(tv->dtype, n_in);
+    for (const char* isa : {"ref", "generic", "avx2", "avx512"}) {
+      const cpu::SimdKernels* k = std::strcmp(isa, "ref") ? cpu::simd_for(isa) : nullptr;
+      if (std::strcmp(isa, "ref") && !k) continue;  // not on this CPU
+      std::vector<float> got(want.size());
+      for (int64_t r = 0; r < tv->shape[0]; ++r) {
+        const void* src = static_cast<const uint8_t*>(tv->data) + size_t(r) * rb;
+        if (k)
+          k->dequant_row(tv->dtype, src, got.data() + r * n_in, n_in);
+        else
+          dequantize_row_ref(tv->dtype, src, got.data() + r * n_in, n_in);
+      }
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << t["type"] << " via " << isa << " element " << i << " (block "
+                                   << i / size_t(traits(tv->dtype).block_size) << ")";
+    }
+    ++n_types;
+  }
+  EXPECT_EQ(n_types, 11);  // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
+}
+
+TEST(Gguf, ReadsVersion2) {
+  // v2 and v3 share the little-endian layout; only the version word differs.
+  std::ifstream in(fixture(), std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+  uint32_t v2 = 2;
+  std::memcpy(bytes.data() + 4, &v2, 4);
+  const std::string path = data_dir() + "/quants-v2.gguf";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  GgufFile f(path);
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.tensors().all().size(), 11u);
+  uint32_t v1 = 1;
+  std::memcpy(bytes.data() + 4, &v1, 4);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  EXPECT_THROW(GgufFile{path}, IoError);
+}
+
+TEST(Gguf, WriterRoundTripsWithCustomAlignment) {
+  GgufWriter w;
+  w.set("a.nested",
+        GgufValue::array(GgufType::ARRAY, {GgufValue::array(GgufType::U32, {GgufValue::u32(7)}),
+                                           GgufValue::array(GgufType::U32, {})}));
+  w.set("a.flag", GgufValue::boolean(false));
+  float x[5] = {1, 2, 3, 4, 5};
+  w.add_tensor("x", DType::F32, {5}, x, sizeof x);
+  w.add_tensor("y", DType::F32, {1, 5}, x, sizeof x);
+  const std::string path = data_dir() + "/writer.gguf";
+  w.write(path, 64);
+  GgufFile f(path);
+  EXPECT_EQ(*f.get_int("general.alignment"), 64);
+  EXPECT_EQ(f.get("a.nested")->as_array()[0].as_array()[0].as_int(), 7);
+  EXPECT_TRUE(f.get("a.nested")->as_array()[1].as_array().empty());
+  const TensorView* y = f.tensors().find("y");
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(y->data) % 64, 0u);
+  EXPECT_EQ(std::memcmp(y->data, x, sizeof x), 0);
+}
+
+TEST(Dtype, HalfConversionsRoundTrip) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = f16_to_f32(uint16_t(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_f16(f), h) << h;
+  }
+  EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);       // rounds to infinity
+  EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);  // ties to even
+  EXPECT_EQ(bf16_to_f32(0x3f81), 1.0078125f);
+}
+
+}  // namespace
+}  // namespace wick::test

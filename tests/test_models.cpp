@@ -1,0 +1,155 @@
+// Every architecture against HF transformers' logits, chunked prefill and
+// multi-sequence batches against single passes, and GGUF copies against the
+// safetensors they came from.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "helpers.h"
+#include "model/convert.h"
+
+namespace wick::test {
+namespace {
+
+class TinyModel : public ::testing::TestWithParam<std::string> {};
+
+// f32 weights: relative error (max abs diff / max abs logit) under 1e-4 at
+// every position; bf16 weights: against the reference computed with weights
+// rounded to bf16, same bound.
+TEST_P(TinyModel, LogitsMatchTransformers) {
+  WICK_REQUIRE_SHARED();
+  const std::string dir = tiny_dir(GetParam());
+  auto ref = read_json(dir + "/reference.json");
+  for (const char* variant : {"f32", "bf16"}) {
+    const bool bf16 = std::string(variant) == "bf16";
+    auto m = load_model(bf16 ? dir + "/bf16" : dir);
+    double worst = 0;
+    for (auto& p : ref["prompts"]) {
+      auto ids = p["ids"].get<std::vector<int32_t>>();
+      auto want =
+          read_f32(dir + "/" + p[bf16 ? "logits_bf16_weights" : "logits"].get<std::string>());
+      auto got = run_all_logits(*m, ids);
+      ASSERT_EQ(got.size(), want.size());
+      worst = std::max(worst, rel_err(got, want));
+    }
+    EXPECT_LT(worst, 1e-4) << GetParam() << " " << variant;
+    std::printf("[ report ] %-10s %-5s worst relative error %.2e\n", GetParam().c_str(), variant,
+                worst);
+  }
+}
+
+TEST_P(TinyModel, ChunkedPrefillEqualsOnePass) {
+  WICK_REQUIRE_SHARED();
+  const std::string dir = tiny_dir(GetParam());
+  auto m = load_model(dir);
+  auto ref = read_json(dir + "/reference.json");
+  auto ids = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();  // the longest
+  auto one = run_all_logits(*m, ids);
+  for (int64_t chunk : {1, 5, 16})
+    EXPECT_LT(rel_err(run_all_logits(*m, ids, chunk), one), 1e-6) << chunk;
+}
+
+TEST_P(TinyModel, ThreePromptsInOneBatchEqualSeparateRuns) {
+  WICK_REQUIRE_SHARED();
+  const std::string dir = tiny_dir(GetParam());
+  auto m = load_model(dir);
+  const auto& c = m->config;
+  auto ref = read_json(dir + "/reference.json");
+  std::vector<std::vector<int32_t>> prompts;
+  for (auto& p : ref["prompts"]) prompts.push_back(p["ids"].get<std::vector<int32_t>>());
+  int64_t n_max = 0;
+  for (auto& p : prompts) n_max = std::max<int64_t>(n_max, int64_t(p.size()));
+  KvCache kv(c.n_layer, 3, n_max, c.kv_dim());  // one block of n_max slots per sequence
+  Batch b;
+  b.block_tables = {{0}, {1}, {2}};
+  // Interleave the sequences' tokens to show order in the batch does not matter.
+  for (size_t i = 0; i < size_t(n_max); ++i)
+    for (int s = 0; s < 3; ++s)
+      if (i < prompts[s].size()) b.add(prompts[s][i], int32_t(i), s, true);
+  ForwardScratch scratch;
+  std::vector<float> logits(b.logit_rows.size() * size_t(c.n_vocab));
+  forward(*m, b, kv, scratch, logits.data());
+  for (int s = 0; s < 3; ++s) {
+    auto alone = run_all_logits(*m, prompts[s]);
+    std::vector<float> mine;
+    for (size_t r = 0; r < b.logit_rows.size(); ++r)
+      if (b.seq_of[size_t(b.logit_rows[r])] == s)
+        mine.insert(mine.end(), logits.begin() + long(r * c.n_vocab),
+                    logits.begin() + long((r + 1) * c.n_vocab));
+    EXPECT_LT(rel_err(mine, alone), 1e-6) << "sequence " << s;
+  }
+}
+
+// The tiny model written as GGUF (llama.cpp naming, q/k interleaved for the
+// llama family) loads and gives the safetensors logits: bit-exact in f32.
+// In q8_0, within quantization tolerance: every row's cosine similarity to the
+// f32 logits at least 0.998 and relative error under 6e-2; for MoE models
+// rounding may flip an expert choice at a few positions, so there 90% of rows.
+TEST_P(TinyModel, GgufCopyMatchesSafetensors) {
+  WICK_REQUIRE_SHARED();
+  const std::string dir = tiny_dir(GetParam());
+  auto st = load_model(dir);
+  auto ids = read_json(dir + "/reference.json")["prompts"][2]["ids"].get<std::vector<int32_t>>();
+  auto want = run_all_logits(*st, ids);
+  const std::string f32_path = data_dir() + "/" + GetParam() + "-f32.gguf";
+  const std::string q8_path = data_dir() + "/" + GetParam() + "-q8_0.gguf";
+  convert_hf_to_gguf(dir, f32_path, DType::F32);
+  convert_hf_to_gguf(dir, q8_path, DType::Q8_0);
+  auto g32 = load_model(f32_path);
+  EXPECT_EQ(g32->config.arch, st->config.arch);
+  EXPECT_EQ(run_all_logits(*g32, ids), want) << "f32 GGUF must be bit-exact";
+
+  auto g8 = load_model(q8_path);
+  auto got = run_all_logits(*g8, ids);
+  const int64_t V = st->config.n_vocab, n = int64_t(ids.size());
+  int good = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<float> a(got.begin() + r * V, got.begin() + (r + 1) * V),
+        b(want.begin() + r * V, want.begin() + (r + 1) * V);
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < V; ++i)
+      dot += double(a[i]) * b[i], na += double(a[i]) * a[i], nb += double(b[i]) * b[i];
+    good += dot / std::sqrt(na * nb) >= 0.998 && rel_err(a, b) < 6e-2;
+  }
+  const double need = st->config.is_moe() ? 0.9 : 1.0;
+  EXPECT_GE(double(good) / double(n), need) << good << " of " << n << " rows within tolerance";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, TinyModel, ::testing::ValuesIn(archs()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace wick::test
+
+namespace wick::test {
+namespace {
+
+TEST(Safetensors, ShardedFolderEqualsSingleFile) {
+  WICK_REQUIRE_SHARED();
+  TensorSet set;
+  read_safetensors(tiny_dir("qwen2") + "/model.safetensors", set);
+  const std::string dir = data_dir() + "/sharded-qwen2";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(tiny_dir("qwen2") + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::vector<StTensor> shard[2];
+  nlohmann::json index = {{"metadata", nlohmann::json::object()},
+                          {"weight_map", nlohmann::json::object()}};
+  int i = 0;
+  for (auto& [name, t] : set.all()) {
+    auto* p = static_cast<const uint8_t*>(t.data);
+    int s = i++ % 2;
+    shard[s].push_back({name, "F32", t.shape, std::vector<uint8_t>(p, p + t.n_bytes)});
+    index["weight_map"][name] =
+        s ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+  }
+  write_safetensors(dir + "/model-00001-of-00002.safetensors", shard[0]);
+  write_safetensors(dir + "/model-00002-of-00002.safetensors", shard[1]);
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  std::vector<int32_t> ids{1, 7, 300, 42, 9};
+  EXPECT_EQ(run_all_logits(*load_model(dir), ids),
+            run_all_logits(*load_model(tiny_dir("qwen2")), ids));
+}
+
+}  // namespace
+}  // namespace wick::test
