@@ -56,6 +56,12 @@ void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) {
 #pragma omp parallel for schedule(static) \
     num_threads(n_threads()) if (n_out * n_in * n_rows > 32768)
   for (int64_t o = 0; o < n_out; ++o) {
+    if (n_rows < 4) {  // decode: no pass through a buffer (same bits either way)
+      float* buf = direct ? nullptr : thread_buf(size_t(n_in));
+      for (int64_t r = 0; r < n_rows; ++r)
+        y[r * n_out + o] = k.dot_row(w.dtype, w.row(o), x + r * n_in, n_in, buf);
+      continue;
+    }
     const float* wr;
     if (direct) {
       wr = reinterpret_cast<const float*>(w.row(o));
