@@ -26,7 +26,7 @@ test: build model
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
 
 run: build model
-	$(WICK) info smollm2 2>/dev/null || $(WICK) info $$(./scripts/fetch_model)
+	$(WICK) info smollm2
 
 bench: build model
 	$(WICK) bench $$(./scripts/fetch_model) -p 128 -n 64 -r 2

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
+#include "engine/model_store.h"
 #include "io/error.h"
 #include "model/convert.h"
 #include "model/forward.h"
@@ -73,10 +74,11 @@ void register_info(CLI::App& app) {
       app.add_subcommand("info", "Show a model's architecture, size, tensor types and tokenizer");
   static std::string path;
   static bool as_json = false;
-  cmd->add_option("MODEL", path, "a .gguf file or a HF folder")->required();
+  cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
+      ->required();
   cmd->add_flag("--json", as_json, "print JSON");
   cmd->callback([] {
-    auto m = load_model(path);
+    auto m = load_model(resolve_model(path));
     const ModelConfig& c = m->config;
     json types = json::object();
     for (auto& [t, n] : m->n_params_by_dtype) types[t] = n;
@@ -128,13 +130,14 @@ void register_logits(CLI::App& app) {
   auto* cmd = app.add_subcommand("logits", "Print the logits of a token sequence (for tests)");
   static std::string path, ids_str;
   static bool all = false, as_json = false;
-  cmd->add_option("MODEL", path, "a .gguf file or a HF folder")->required();
+  cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
+      ->required();
   cmd->add_option("--ids", ids_str, "comma-separated token ids")->required();
   cmd->add_flag("--all", all, "logits at every position (a list of rows)");
   cmd->add_flag("--json", as_json, "print JSON (the only output format)");
   cmd->callback([] {
     auto ids = parse_ids(ids_str);
-    auto m = load_model(path);
+    auto m = load_model(resolve_model(path));
     const ModelConfig& c = m->config;
     const int64_t n = int64_t(ids.size());
     KvCache kv(c.n_layer, 1, n, c.kv_dim());
@@ -164,7 +167,8 @@ void register_bench(CLI::App& app) {
   static std::string path;
   static int n_prompt = 512, n_gen = 128, reps = 3;
   static bool as_json = false;
-  cmd->add_option("MODEL", path, "a .gguf file or a HF folder")->required();
+  cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
+      ->required();
   cmd->add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")
@@ -173,7 +177,7 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--json", as_json, "print JSON");
   cmd->callback([] {
-    auto m = load_model(path);
+    auto m = load_model(resolve_model(path));
     const ModelConfig& c = m->config;
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(c.n_vocab - 1));

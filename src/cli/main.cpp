@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
       "Environment:\n"
       "  WICK_THREADS  worker threads for CPU kernels (default: all cores)\n"
       "  WICK_ISA      force a CPU kernel set: generic, avx2 or avx512 (default: best available)\n"
-      "  WICK_LOG      log level: trace, debug, info, warn, error (default: info)\n");
+      "  WICK_LOG      log level: trace, debug, info, warn, error, off (default: info)\n"
+      "  WICK_MODELS   the model store, where MODEL names are looked up (default: "
+      "~/.cache/wick/models)\n");
   wick::cli::register_info(app);
   wick::cli::register_logits(app);
   wick::cli::register_bench(app);
