@@ -1,0 +1,39 @@
+#include "text/detokenizer.h"
+
+#include <span>
+
+namespace wick {
+
+namespace {
+bool ends_with_replacement(const std::string& s) {
+  return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xef\xbf\xbd") == 0;
+}
+}  // namespace
+
+std::string StreamDecoder::delta(bool final) {
+  std::span<const int32_t> all(ids_);
+  const std::string before = tk_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);
+  const std::string now = tk_.decode(all.subspan(prefix_), skip_special_);
+  // Hold back while the text ends in an unfinished UTF-8 sequence (decoded as U+FFFD).
+  if (now.size() <= before.size() || (!final && ends_with_replacement(now))) return "";
+  // Keep a few ids of context so the next window decodes as it would in full.
+  prefix_ = read_;
+  read_ = ids_.size();
+  return now.substr(before.size());
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  ids_.push_back(id);
+  return delta(false);
+}
+
+std::string StreamDecoder::finish() {
+  return delta(true);
+}
+
+void StreamDecoder::reset() {
+  ids_.clear();
+  prefix_ = read_ = 0;
+}
+
+}  // namespace wick

@@ -1,0 +1,48 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "text/regex.h"
+
+#include <pcre2.h>
+
+#include <stdexcept>
+
+namespace wick {
+
+Regex::Regex(const std::string& pattern) {
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                        PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &off, nullptr);
+  if (!code_) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw std::runtime_error("regex '" + pattern + "' at offset " + std::to_string(off) + ": " +
+                             reinterpret_cast<char*>(msg));
+  }
+  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
+}
+
+Regex::~Regex() {
+  pcre2_code_free(code_);
+}
+
+void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const {
+  thread_local pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  size_t start = 0;
+  while (start <= s.size()) {
+    int rc = pcre2_match(code_, subject, s.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc < 0) break;
+    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    size_t b = ov[0], e = ov[1];
+    if (e == b) {  // empty match: step one character on
+      if (b >= s.size()) break;
+      start = b + 1;
+      while (start < s.size() && (uint8_t(s[start]) & 0xc0) == 0x80) ++start;
+      continue;
+    }
+    out.emplace_back(b, e);
+    start = e;
+  }
+}
+
+}  // namespace wick

@@ -1,0 +1,83 @@
+// Tokenizers against HF `tokenizers` on a corpus of several thousand strings
+// (tests/python/make_text_fixtures.py): encode with and without special-token
+// parsing, decode with and without special tokens, and streaming decode.
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+namespace wick::test {
+namespace {
+
+struct Case {
+  std::string name, source, expect;
+};
+
+std::vector<Case> cases() {
+  const std::string t = shared_dir() + "/tokenizers/", d = data_dir() + "/text/";
+  return {{"qwen3", t + "qwen3/tokenizer.json", d + "qwen3.expect.json"},
+          {"llama3", t + "llama3", d + "llama3.expect.json"},
+          {"llama2", t + "llama2/tokenizer.json", d + "llama2.expect.json"},
+          {"smollm2_gguf", std::getenv("WICK_TEST_MODEL") ? std::getenv("WICK_TEST_MODEL") : "",
+           d + "smollm2.expect.json"},
+          {"llama2_gguf", d + "llama2-vocab.gguf", d + "llama2.expect.json"}};
+}
+
+class Conformance : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Conformance, EncodeDecodeAndStreamMatchTokenizers) {
+  const Case& c = GetParam();
+  if (!std::filesystem::exists(c.expect) || !std::filesystem::exists(c.source))
+    GTEST_SKIP() << "fixtures missing: " << c.source << " / " << c.expect;
+  auto tk = Tokenizer::load(c.source);
+  auto corpus = read_json(data_dir() + "/text/corpus.json").get<std::vector<std::string>>();
+  auto exp = read_json(c.expect);
+  ASSERT_EQ(exp.size(), corpus.size());
+  size_t ok_plain = 0, ok_parsed = 0, ok_dec = 0, ok_dec_skip = 0, ok_stream = 0, shown = 0;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    const auto& e = exp[i];
+    auto plain = tk->encode(corpus[i], {.add_special = false, .parse_special = false});
+    auto parsed = tk->encode(corpus[i], {.add_special = true, .parse_special = true});
+    auto want_plain = e["plain"].get<std::vector<int32_t>>();
+    auto want_parsed = e["parsed"].get<std::vector<int32_t>>();
+    std::string dec = tk->decode(want_plain, false), dec_skip = tk->decode(want_parsed, true);
+    ok_plain += plain == want_plain;
+    ok_parsed += parsed == want_parsed;
+    ok_dec += dec == e["decode"].get<std::string>();
+    ok_dec_skip += dec_skip == e["decode_skip"].get<std::string>();
+    // streaming, token by token, special tokens hidden
+    StreamDecoder sd(*tk, true);
+    std::string streamed;
+    for (int32_t id : want_parsed) streamed += sd.push(id);
+    streamed += sd.finish();
+    ok_stream += streamed == tk->decode(want_parsed, true);
+    if (shown < 5 &&
+        (plain != want_plain || parsed != want_parsed || dec != e["decode"].get<std::string>() ||
+         dec_skip != e["decode_skip"].get<std::string>())) {
+      ++shown;
+      ADD_FAILURE() << c.name << " string " << i << ": " << nlohmann::json(corpus[i]).dump()
+                    << "\n plain " << nlohmann::json(plain).dump() << "\n want  "
+                    << nlohmann::json(want_plain).dump() << "\n parsed "
+                    << nlohmann::json(parsed).dump() << "\n want   "
+                    << nlohmann::json(want_parsed).dump() << "\n decode "
+                    << nlohmann::json(dec).dump() << "\n want   " << e["decode"].dump();
+    }
+  }
+  const size_t n = corpus.size();
+  std::printf(
+      "[ report ] %-13s %zu strings: encode %zu/%zu, encode+specials %zu/%zu, decode %zu/%zu, "
+      "decode-skip %zu/%zu, stream %zu/%zu\n",
+      c.name.c_str(), n, ok_plain, n, ok_parsed, n, ok_dec, n, ok_dec_skip, n, ok_stream, n);
+  EXPECT_EQ(ok_plain, n);
+  EXPECT_EQ(ok_parsed, n);
+  EXPECT_EQ(ok_dec, n);
+  EXPECT_EQ(ok_dec_skip, n);
+  EXPECT_EQ(ok_stream, n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, Conformance, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace wick::test
