@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   wick::cli::register_logits(app);
   wick::cli::register_bench(app);
   wick::cli::register_convert(app);
+  wick::cli::register_tokenize(app);
+  wick::cli::register_detokenize(app);
+  wick::cli::register_template(app);
   try {
     wick::cli::apply_env();
     app.parse(argc, argv);

@@ -17,14 +17,17 @@ namespace {
 constexpr size_t kCacheMaxWord = 64;  // longer words are not cached
 constexpr size_t kCacheMaxEntries = 1 << 16;
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
   if (from.empty()) return s;
-  size_t pos = 0;
-  while ((pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
+  std::string out;
+  out.reserve(s.size());
+  size_t last = 0;
+  for (size_t pos; (pos = s.find(from, last)) != std::string::npos; last = pos + from.size()) {
+    out.append(s, last, pos - last);
+    out += to;
   }
-  return s;
+  out.append(s, last, std::string::npos);
+  return out;
 }
 
 std::string utf8proc_map_str(std::string_view s, int options) {

@@ -82,10 +82,15 @@ void add_pre(const json& j, std::vector<PreTokenizerStep>& out, const std::strin
     st.kind = PreTokenizerStep::Split;
     bool re;
     std::string pat = pattern_of(j.at("pattern"), re);
-    if (re)
-      st.regex = std::make_shared<Regex>(pat);
-    else
+    if (re) {
+      try {
+        st.regex = std::make_shared<Regex>(pat);
+      } catch (const std::runtime_error& e) {
+        throw TextError(fmt::format("{}: Split pre-tokenizer: {}", src, e.what()));
+      }
+    } else {
       st.literal = pat;
+    }
     std::string b = j.value("behavior", std::string("Isolated"));
     if (b == "Isolated")
       st.behavior = PreTokenizerStep::Isolated;
