@@ -26,7 +26,7 @@ test: build model
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
 
 run: build model
-	$(WICK) info smollm2
+	$(WICK) run smollm2 "What is the capital of France?" --temperature 0
 
 bench: build model
 	$(WICK) bench $$(./scripts/fetch_model) -p 128 -n 64 -r 2

@@ -10,6 +10,8 @@ void register_logits(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_run(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_template(CLI::App& app);
 

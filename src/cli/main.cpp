@@ -19,8 +19,13 @@ int main(int argc, char** argv) {
       "  WICK_THREADS  worker threads for CPU kernels (default: all cores)\n"
       "  WICK_ISA      force a CPU kernel set: generic, avx2 or avx512 (default: best available)\n"
       "  WICK_LOG      log level: trace, debug, info, warn, error, off (default: info)\n"
+      "  WICK_PREFILL_CHUNK_SIZE  prompt tokens per prefill step; 0 = one pass (default: 512)\n"
+      "  WICK_MAX_LOADED_MODELS   models kept loaded at once (default: 2)\n"
+      "  WICK_MAX_MODEL_BYTES     byte budget of loaded models; 0 = no limit (default: 0)\n"
       "  WICK_MODELS   the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
+  wick::cli::register_run(app);
+  wick::cli::register_generate(app);
   wick::cli::register_info(app);
   wick::cli::register_logits(app);
   wick::cli::register_bench(app);

@@ -1,0 +1,223 @@
+// wick generate / wick run.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <ranges>
+
+#include "cli/commands.h"
+#include "engine/model_pool.h"
+#include "engine/session.h"
+#include "text/chat_template.h"
+
+namespace wick::cli {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct GenOptions {
+  std::string model;
+  int32_t max_tokens = 256, ctx_size = 4096, prefill_chunk = 512;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  SamplingParams sampling;
+};
+
+int32_t env_prefill_chunk() {
+  const char* v = std::getenv("WICK_PREFILL_CHUNK_SIZE");
+  if (!v || !*v) return 512;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end || n < 0 || n > (1 << 24))
+    throw std::runtime_error(
+        fmt::format("WICK_PREFILL_CHUNK_SIZE={}: expected a whole number >= 0", v));
+  return int32_t(n);
+}
+
+void add_gen_options(CLI::App* cmd, GenOptions& o) {
+  o.prefill_chunk = -1;  // from the environment unless given
+  cmd->add_option("--max-tokens,-n", o.max_tokens, "tokens to generate at most (default 256)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--ctx-size,-c", o.ctx_size, "context tokens (default 4096, at most the model's)")
+      ->check(CLI::Range(16, 1 << 24));
+  cmd->add_option(
+         "--prefill-chunk", o.prefill_chunk,
+         "prompt tokens per prefill step (0 = one pass; env WICK_PREFILL_CHUNK_SIZE, default 512)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--temperature,--temp", o.sampling.temperature, "0 = greedy (default 0.8)");
+  cmd->add_option("--top-k", o.sampling.top_k,
+                  "keep the k most likely tokens (0 = off, default 40)");
+  cmd->add_option("--top-p", o.sampling.top_p,
+                  "nucleus: smallest set reaching this probability (1 = off, default 0.95)");
+  cmd->add_option("--min-p", o.sampling.min_p,
+                  "drop tokens below min-p x the top probability (0 = off, default 0.05)");
+  cmd->add_option("--repeat-penalty", o.sampling.repeat_penalty,
+                  "penalty for repeated tokens (1 = off, default 1)");
+  cmd->add_option("--repeat-last-n", o.sampling.repeat_last_n,
+                  "window of the repeat penalty (0 = all, default 64)");
+  cmd->add_option("--presence-penalty", o.sampling.presence_penalty,
+                  "subtracted once from seen tokens (default 0)");
+  cmd->add_option("--frequency-penalty", o.sampling.frequency_penalty,
+                  "subtracted per occurrence (default 0)");
+  cmd->add_option("--seed", o.sampling.seed,
+                  "random seed (default 12648430; same seed, same output)");
+  cmd->add_option("--stop", o.stop, "stop when this text appears (repeatable)");
+  cmd->add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-generation tokens");
+}
+
+std::shared_ptr<const LoadedModel> load_with_progress(const std::string& name) {
+  const bool tty = isatty(STDERR_FILENO);
+  if (tty) fmt::print(stderr, "loading {} ...", name);
+  auto m = ModelPool::global().get(name);
+  if (tty) fmt::print(stderr, "\r\033[K");
+  return m;
+}
+
+GenerateRequest make_request(const GenOptions& o, std::vector<int32_t> prompt) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = o.sampling;
+  r.max_tokens = o.max_tokens;
+  r.stop = o.stop;
+  r.ignore_eos = o.ignore_eos;
+  r.prefill_chunk = o.prefill_chunk >= 0 ? o.prefill_chunk : env_prefill_chunk();
+  return r;
+}
+
+std::string render_chat(const LoadedModel& m, const nlohmann::ordered_json& messages) {
+  const Tokenizer& tk = *m.tokenizer;
+  if (tk.chat_template.empty())
+    throw std::runtime_error(m.name + ": the model has no chat template (use --raw)");
+  ChatTemplate t(tk.chat_template, m.name + " chat template");
+  return t.render({{"messages", messages},
+                   {"add_generation_prompt", true},
+                   {"bos_token", tk.bos_token},
+                   {"eos_token", tk.eos_token}});
+}
+
+std::vector<int32_t> encode_prompt(const LoadedModel& m, const std::string& text, bool templated) {
+  // A rendered template carries its own special tokens (and BOS where the
+  // template writes it); raw text gets the tokenizer's BOS/EOS rule.
+  return m.tokenizer->encode(text, {.add_special = !templated, .parse_special = templated});
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Generate a continuation of one prompt");
+  static GenOptions o;
+  static std::string prompt, prompt_ids;
+  static bool raw = false, as_json = false, truncate = false;
+  cmd->add_option("--model,-m", o.model,
+                  "a .gguf, a HF folder, or a stored model name (default: smollm2)")
+      ->default_val("smollm2");
+  auto* p = cmd->add_option("--prompt,-p", prompt, "the prompt text (- reads stdin)");
+  auto* pi = cmd->add_option("--prompt-ids", prompt_ids, "the prompt as comma-separated token ids");
+  p->excludes(pi);
+  cmd->add_flag("--raw", raw, "no chat template: the prompt text is the model input");
+  cmd->add_flag("--json", as_json, "print one JSON object at the end instead of streaming text");
+  cmd->add_flag("--truncate", truncate,
+                "drop the oldest prompt tokens when the prompt does not fit the context");
+  add_gen_options(cmd, o);
+  cmd->callback([] {
+    if (prompt.empty() && prompt_ids.empty())
+      throw std::runtime_error("give --prompt or --prompt-ids");
+    auto m = load_with_progress(o.model);
+    std::vector<int32_t> ids;
+    if (!prompt_ids.empty()) {
+      for (auto part : std::views::split(prompt_ids, ',')) {
+        std::string s(part.begin(), part.end());
+        char* end = nullptr;
+        long v = std::strtol(s.c_str(), &end, 10);
+        if (s.empty() || *end || v < 0 || v > INT32_MAX)
+          throw std::runtime_error(fmt::format("--prompt-ids: '{}' is not a token id", s));
+        ids.push_back(int32_t(v));
+      }
+    } else {
+      if (!m->tokenizer)
+        throw std::runtime_error(m->name + ": the model has no tokenizer (use --prompt-ids)");
+      std::string text =
+          prompt == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : prompt;
+      ids = raw ? encode_prompt(*m, text, false)
+                : encode_prompt(*m,
+                                render_chat(*m, nlohmann::ordered_json::array(
+                                                    {{{"role", "user"}, {"content", text}}})),
+                                true);
+    }
+    Session s(m, o.ctx_size);
+    GenerateRequest req = make_request(o, ids);
+    req.truncate = truncate;
+    auto res = s.generate(req, [](std::string_view t) {
+      if (!as_json) {
+        fmt::print("{}", t);
+        std::fflush(stdout);
+      }
+      return true;
+    });
+    if (as_json) {
+      fmt::print("{}\n", json{{"text", res.text},
+                              {"tokens", res.tokens},
+                              {"prompt_tokens", res.n_prompt},
+                              {"generated_tokens", res.tokens.size()},
+                              {"stop_reason", res.stop_reason},
+                              {"ttft_ms", res.ttft_ms},
+                              {"prefill_tok_s", res.prefill_tok_s},
+                              {"decode_tok_s", res.decode_tok_s}}
+                             .dump());
+    } else {
+      fmt::print("\n");
+    }
+  });
+}
+
+void register_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "run", "Chat with a model: answer PROMPT, or hold a conversation on a terminal");
+  static GenOptions o;
+  static std::string prompt, system;
+  static bool verbose = false;
+  cmd->add_option("MODEL", o.model, "a .gguf, a HF folder, or a stored model name")->required();
+  cmd->add_option("PROMPT", prompt, "answer this and exit");
+  cmd->add_option("--system", system, "a system message");
+  cmd->add_flag("--verbose", verbose, "print timings after each answer");
+  add_gen_options(cmd, o);
+  cmd->callback([] {
+    auto m = load_with_progress(o.model);
+    if (!m->tokenizer) throw std::runtime_error(m->name + ": the model has no tokenizer");
+    Session s(m, o.ctx_size);
+    auto messages = nlohmann::ordered_json::array();
+    if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+    auto turn = [&](const std::string& user) {
+      messages.push_back({{"role", "user"}, {"content", user}});
+      auto ids = encode_prompt(*m, render_chat(*m, messages), true);
+      auto res = s.generate(make_request(o, ids), [](std::string_view t) {
+        fmt::print("{}", t);
+        std::fflush(stdout);
+        return true;
+      });
+      fmt::print("\n");
+      if (verbose)
+        fmt::print(stderr,
+                   "[{} prompt tokens, {} from cache; ttft {:.0f} ms; {:.1f} tok/s; stop: {}]\n",
+                   res.n_prompt, res.n_reused, res.ttft_ms, res.decode_tok_s, res.stop_reason);
+      messages.push_back({{"role", "assistant"}, {"content", res.text}});
+    };
+    if (!prompt.empty()) {
+      turn(prompt);
+      return;
+    }
+    const bool tty = isatty(STDIN_FILENO);
+    if (tty) fmt::print(stderr, "wick: chatting with {} (Ctrl-D to quit)\n", m->name);
+    for (std::string line;;) {
+      if (tty) fmt::print(stderr, ">>> ");
+      if (!std::getline(std::cin, line)) break;
+      if (line.empty()) continue;
+      turn(line);
+    }
+  });
+}
+
+}  // namespace wick::cli

@@ -1,0 +1,169 @@
+#include "engine/model_pool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/model_store.h"
+#include "io/error.h"
+
+namespace wick {
+
+namespace fs = std::filesystem;
+
+bool LoadedModel::is_eog(int32_t id) const {
+  return std::find(eog_ids.begin(), eog_ids.end(), id) != eog_ids.end();
+}
+
+namespace {
+
+// End-of-generation ids: the tokenizer's EOS, GGUF's EOT, generation_config's
+// eos_token_id list, and the end-of-turn tokens of the supported families.
+std::vector<int32_t> find_eog(const LoadedModel& lm) {
+  std::vector<int32_t> ids;
+  auto add = [&](std::optional<int64_t> id) {
+    if (id && *id >= 0 && std::find(ids.begin(), ids.end(), int32_t(*id)) == ids.end())
+      ids.push_back(int32_t(*id));
+  };
+  const Tokenizer* tk = lm.tokenizer.get();
+  if (tk) add(tk->eos_id);
+  if (lm.model->gguf) {
+    add(lm.model->gguf->get_int("tokenizer.ggml.eos_token_id"));
+    add(lm.model->gguf->get_int("tokenizer.ggml.eot_token_id"));
+    add(lm.model->gguf->get_int("tokenizer.ggml.eom_token_id"));
+  } else {
+    for (const char* f : {"generation_config.json", "config.json"}) {
+      fs::path p = fs::path(lm.path) / f;
+      if (!fs::exists(p)) continue;
+      try {
+        std::ifstream in(p);
+        auto j = nlohmann::json::parse(in);
+        auto e = j.value("eos_token_id", nlohmann::json());
+        if (e.is_number_integer()) add(e.get<int64_t>());
+        if (e.is_array())
+          for (auto& x : e)
+            if (x.is_number_integer()) add(x.get<int64_t>());
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+  }
+  if (tk)
+    for (const char* t : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
+                          "<|eom_id|>", "<|end|>", "</s>"})
+      if (auto id = tk->token_id(t); id && tk->is_special(*id)) add(*id);
+  return ids;
+}
+
+size_t path_bytes(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path)) return size_t(fs::file_size(path, ec));
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator(path, ec))
+    if (e.path().extension() == ".safetensors") n += size_t(e.file_size(ec));
+  return n;
+}
+
+size_t env_size(const char* name, size_t dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(v, &end, 10);
+  if (*end || errno || v[0] == '-')
+    throw std::runtime_error(fmt::format("{}={}: expected a whole number", name, v));
+  return size_t(x);
+}
+
+}  // namespace
+
+std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
+                                                      const std::function<void(float)>& progress) {
+  auto lm = std::make_shared<LoadedModel>();
+  lm->name = name;
+  lm->path = resolve_model(name);
+  if (progress) progress(0.f);
+  lm->model = load_model(lm->path);
+  if (progress) progress(0.7f);
+  const bool has_tok = lm->model->gguf ? lm->model->gguf->get("tokenizer.ggml.model") != nullptr
+                                       : fs::exists(fs::path(lm->path) / "tokenizer.json");
+  if (has_tok)
+    lm->tokenizer =
+        lm->model->gguf ? Tokenizer::from_gguf(*lm->model->gguf) : Tokenizer::load(lm->path);
+  lm->eog_ids = find_eog(*lm);
+  lm->n_bytes = path_bytes(lm->path);
+  if (progress) progress(1.f);
+  return lm;
+}
+
+ModelPool& ModelPool::global() {
+  static ModelPool pool(env_size("WICK_MAX_LOADED_MODELS", 2), env_size("WICK_MAX_MODEL_BYTES", 0));
+  return pool;
+}
+
+size_t ModelPool::n_loaded() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+void ModelPool::evict_locked(const std::string& keep) {
+  auto total_bytes = [&] {
+    size_t n = 0;
+    for (auto& [k, e] : entries_)
+      if (e.ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        try {
+          n += e.ready.get()->n_bytes;
+        } catch (...) {
+        }
+      }
+    return n;
+  };
+  while (entries_.size() > 1 && ((max_models_ && entries_.size() > max_models_) ||
+                                 (max_bytes_ && total_bytes() > max_bytes_))) {
+    auto victim = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->first != keep &&
+          (victim == entries_.end() || it->second.last_used < victim->second.last_used))
+        victim = it;
+    if (victim == entries_.end()) break;
+    entries_.erase(victim);  // requests still holding it keep it alive until they finish
+  }
+}
+
+std::shared_ptr<const LoadedModel> ModelPool::get(const std::string& name) {
+  const std::string key = fs::weakly_canonical(resolve_model(name)).string();
+  std::shared_future<std::shared_ptr<LoadedModel>> ready;
+  std::promise<std::shared_ptr<LoadedModel>> promise;
+  bool load_here = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      ready = promise.get_future().share();
+      entries_[key] = Entry{ready, ++clock_};
+      load_here = true;
+      ++n_loads_;
+    } else {
+      it->second.last_used = ++clock_;
+      ready = it->second.ready;
+    }
+  }
+  if (load_here) {
+    try {
+      promise.set_value(load_model_and_tokenizer(name));
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+      std::lock_guard<std::mutex> lock(mu_);
+      entries_.erase(key);  // a failed load is not cached
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    evict_locked(key);
+  }
+  return ready.get();
+}
+
+}  // namespace wick

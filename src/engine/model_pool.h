@@ -1,0 +1,61 @@
+// A process-wide pool of loaded models: each model is loaded once and shared
+// by every request that names it; the least recently used are unloaded past
+// a count (WICK_MAX_LOADED_MODELS, default 2) or byte budget
+// (WICK_MAX_MODEL_BYTES, default 0 = no limit). Two threads asking for the
+// same model wait for one load.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+namespace wick {
+
+struct LoadedModel {
+  std::string name;  // as asked for
+  std::string path;  // resolved
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none (test fixtures)
+  std::vector<int32_t> eog_ids;          // ids that end a generation
+  size_t n_bytes = 0;                    // file bytes mapped or copied
+
+  bool is_eog(int32_t id) const;
+};
+
+// Loads model and tokenizer from a path (no pool); `progress` gets 0..1.
+std::shared_ptr<LoadedModel> load_model_and_tokenizer(
+    const std::string& name, const std::function<void(float)>& progress = {});
+
+class ModelPool {
+ public:
+  ModelPool(size_t max_models, size_t max_bytes) : max_models_(max_models), max_bytes_(max_bytes) {}
+  static ModelPool& global();  // limits from the environment (throws on invalid values)
+
+  std::shared_ptr<const LoadedModel> get(const std::string& name);
+  size_t n_loaded() const;
+  size_t n_loads() const { return n_loads_; }  // how many loads ran (for tests)
+
+ private:
+  struct Entry {
+    std::shared_future<std::shared_ptr<LoadedModel>> ready;
+    uint64_t last_used = 0;
+  };
+  void evict_locked(const std::string& keep);
+
+  size_t max_models_, max_bytes_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> entries_;  // by resolved path
+  uint64_t clock_ = 0;
+  size_t n_loads_ = 0;
+};
+
+}  // namespace wick

@@ -1,0 +1,156 @@
+#include "engine/session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "text/detokenizer.h"
+
+namespace wick {
+
+namespace {
+using clk = std::chrono::steady_clock;
+double secs(clk::time_point a, clk::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Length of the longest suffix of s that is a proper prefix of some stop string.
+size_t held_back(const std::string& s, const std::vector<std::string>& stops) {
+  size_t keep = 0;
+  for (const auto& st : stops)
+    for (size_t n = std::min(s.size(), st.size() - 1); n > keep; --n)
+      if (s.compare(s.size() - n, n, st, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+  return keep;
+}
+}  // namespace
+
+Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx)
+    : model_(std::move(model)),
+      n_ctx_(std::max<int32_t>(
+          1, std::min<int32_t>(n_ctx, int32_t(model_->model->config.n_ctx_train)))),
+      kv_(model_->model->config.n_layer, 1, n_ctx_, model_->model->config.kv_dim()) {
+  logits_.resize(size_t(model_->model->config.n_vocab));
+  batch_.block_tables = {{0}};
+}
+
+void Session::run(const int32_t* ids, int32_t n, bool want_logits) {
+  batch_.token_ids.clear();
+  batch_.positions.clear();
+  batch_.seq_of.clear();
+  batch_.logit_rows.clear();
+  const int32_t start = int32_t(tokens_.size());
+  for (int32_t i = 0; i < n; ++i) batch_.add(ids[i], start + i, 0, want_logits && i == n - 1);
+  forward(*model_->model, batch_, kv_, scratch_, logits_.data());
+  tokens_.insert(tokens_.end(), ids, ids + n);
+}
+
+GenerateResult Session::generate(const GenerateRequest& req,
+                                 const std::function<bool(std::string_view)>& on_text) {
+  if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
+  if (req.max_tokens < 0)
+    throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
+  if (req.prefill_chunk < 0)
+    throw GenerateError(fmt::format("prefill chunk must be >= 0 (got {})", req.prefill_chunk));
+  if (req.prompt.empty()) throw GenerateError("the prompt is empty");
+  const int32_t n_vocab = int32_t(model_->model->config.n_vocab);
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= n_vocab)
+      throw GenerateError(
+          fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
+  std::vector<int32_t> prompt = req.prompt;
+  if (int32_t(prompt.size()) >= n_ctx_) {
+    if (!req.truncate)
+      throw GenerateError(fmt::format(
+          "the prompt has {} tokens but the context holds {} (leave room to generate, or truncate)",
+          prompt.size(), n_ctx_));
+    const int32_t keep =
+        std::max<int32_t>(1, n_ctx_ - std::max<int32_t>(1, std::min(req.max_tokens, n_ctx_ / 2)));
+    prompt.erase(prompt.begin(), prompt.end() - keep);
+  }
+
+  GenerateResult res;
+  res.n_prompt = int32_t(prompt.size());
+  const auto t0 = clk::now();
+  // Reuse the cached prefix, verified token by token; always recompute the
+  // last prompt token, whose logits start the generation.
+  size_t common = 0;
+  while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common])
+    ++common;
+  common = std::min(common, prompt.size() - 1);
+  tokens_.resize(common);  // K/V past this point is overwritten
+  res.n_reused = int32_t(common);
+  const int32_t chunk = req.prefill_chunk > 0 ? req.prefill_chunk : int32_t(prompt.size());
+  for (size_t pos = common; pos < prompt.size(); pos += size_t(chunk)) {
+    const int32_t n = int32_t(std::min<size_t>(size_t(chunk), prompt.size() - pos));
+    run(prompt.data() + pos, n, pos + size_t(n) == prompt.size());
+  }
+  res.n_prefilled = int32_t(prompt.size() - common);
+  const auto t_prefill = clk::now();
+
+  Sampler sampler(req.sampling, n_vocab);
+  std::vector<int32_t> history = prompt;
+  history.reserve(prompt.size() + size_t(req.max_tokens) + 1);
+  std::unique_ptr<StreamDecoder> detok;
+  if (model_->tokenizer) detok = std::make_unique<StreamDecoder>(*model_->tokenizer, true);
+  std::string pending;  // decoded text not yet passed on (may start a stop string)
+  auto emit = [&](const std::string& s) {
+    res.text += s;
+    return !on_text || s.empty() || on_text(s);
+  };
+  // Returns false when generation must end (a stop string or a cancel).
+  auto feed_text = [&](std::string delta, bool final) {
+    pending += delta;
+    for (const auto& st : req.stop)
+      if (auto p = pending.find(st); !st.empty() && p != std::string::npos) {
+        emit(pending.substr(0, p));
+        pending.clear();
+        res.stop_reason = "stop";
+        return false;
+      }
+    const size_t hold = final ? 0 : held_back(pending, req.stop);
+    std::string out = pending.substr(0, pending.size() - hold);
+    pending.erase(0, pending.size() - hold);
+    if (!emit(out)) {
+      res.stop_reason = "cancelled";
+      return false;
+    }
+    return true;
+  };
+
+  clk::time_point t_first{};
+  for (int32_t i = 0; i < req.max_tokens; ++i) {
+    const int32_t id = sampler.sample(logits_, history);
+    if (i == 0) t_first = clk::now();
+    res.tokens.push_back(id);
+    history.push_back(id);
+    if (!req.ignore_eos && model_->is_eog(id)) {
+      res.stop_reason = "eos";
+      break;
+    }
+    if (detok && !feed_text(detok->push(id), false)) break;
+    if (i + 1 == req.max_tokens) {
+      res.stop_reason = "length";
+      break;
+    }
+    if (int32_t(tokens_.size()) >= n_ctx_) {
+      res.stop_reason = "context";
+      break;
+    }
+    run(&id, 1, true);
+  }
+  if (req.max_tokens == 0) res.stop_reason = "length";
+  if (detok && res.stop_reason != "stop" && res.stop_reason != "cancelled")
+    feed_text(detok->finish(), true);
+  const auto t_end = clk::now();
+  res.ttft_ms = secs(t0, t_first == clk::time_point{} ? t_prefill : t_first) * 1e3;
+  res.prefill_tok_s = res.n_prefilled / std::max(1e-9, secs(t0, t_prefill));
+  const size_t n_decoded = res.tokens.empty() ? 0 : res.tokens.size() - 1;
+  res.decode_tok_s = n_decoded ? double(n_decoded) / std::max(1e-9, secs(t_first, t_end)) : 0;
+  return res;
+}
+
+}  // namespace wick

@@ -1,0 +1,69 @@
+// One conversation on one model: its KV cache and the tokens whose K/V it
+// holds. Each generate() reuses the longest common prefix of the cached
+// tokens and the new prompt (checked token by token), prefills the rest in
+// chunks, then decodes until a stop. The model itself holds no state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model_pool.h"
+#include "kv/kv_cache.h"
+#include "model/batch.h"
+#include "model/forward.h"
+#include "sampling/sampler.h"
+
+namespace wick {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  bool ignore_eos = false;
+  int32_t prefill_chunk = 512;  // 0 = the whole prompt in one pass
+  bool truncate = false;        // drop the oldest prompt tokens instead of failing when too long
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (an end-of-generation id included)
+  std::string text;             // without special tokens and stop strings
+  std::string stop_reason;      // "eos", "stop", "length", "context", "cancelled"
+  int32_t n_prompt = 0;         // prompt tokens
+  int32_t n_reused = 0;         // prompt tokens whose K/V came from the cache
+  int32_t n_prefilled = 0;      // prompt tokens computed
+  double ttft_ms = 0, prefill_tok_s = 0, decode_tok_s = 0;
+};
+
+struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)
+  using std::runtime_error::runtime_error;
+};
+
+class Session {
+ public:
+  // n_ctx: tokens the session can hold (at most the model's training context).
+  Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx);
+  // on_text receives text as it forms; returning false cancels.
+  GenerateResult generate(const GenerateRequest& req,
+                          const std::function<bool(std::string_view)>& on_text = {});
+  const std::vector<int32_t>& cached_tokens() const { return tokens_; }
+  int32_t n_ctx() const { return n_ctx_; }
+  const LoadedModel& model() const { return *model_; }
+
+ private:
+  void run(const int32_t* ids, int32_t n, bool want_logits);  // appends to the cache
+
+  std::shared_ptr<const LoadedModel> model_;
+  int32_t n_ctx_;
+  KvCache kv_;
+  std::vector<int32_t> tokens_;  // tokens whose K/V is in kv_, in order
+  ForwardScratch scratch_;
+  Batch batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace wick
