@@ -122,6 +122,7 @@ GenerateResult Session::generate(const GenerateRequest& req,
   };
 
   clk::time_point t_first{};
+  if (req.keep_first_logits) res.first_logits = logits_;
   for (int32_t i = 0; i < req.max_tokens; ++i) {
     const int32_t id = sampler.sample(logits_, history);
     if (i == 0) t_first = clk::now();

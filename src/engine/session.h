@@ -25,8 +25,9 @@ struct GenerateRequest {
   int32_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;
-  int32_t prefill_chunk = 512;  // 0 = the whole prompt in one pass
-  bool truncate = false;        // drop the oldest prompt tokens instead of failing when too long
+  int32_t prefill_chunk = 512;     // 0 = the whole prompt in one pass
+  bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
+  bool keep_first_logits = false;  // return the logits the first token was sampled from
 };
 
 struct GenerateResult {
@@ -37,6 +38,7 @@ struct GenerateResult {
   int32_t n_reused = 0;         // prompt tokens whose K/V came from the cache
   int32_t n_prefilled = 0;      // prompt tokens computed
   double ttft_ms = 0, prefill_tok_s = 0, decode_tok_s = 0;
+  std::vector<float> first_logits;  // with keep_first_logits
 };
 
 struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)

@@ -1,0 +1,343 @@
+#include "engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace wick {
+
+namespace {
+using clk = std::chrono::steady_clock;
+double ms_since(clk::time_point t) {
+  return std::chrono::duration<double, std::milli>(clk::now() - t).count();
+}
+
+uint64_t model_identity(const LoadedModel& m) {
+  // the file and its size: blocks of different models never match
+  std::string key =
+      m.path + "#" + std::to_string(m.n_bytes) + "#" + std::to_string(m.model->n_params);
+  return XXH3_64bits(key.data(), key.size());
+}
+
+int32_t blocks_for(const ModelConfig& c, const EngineConfig& cfg) {
+  if (cfg.n_blocks > 0) return cfg.n_blocks;
+  const size_t per_block =
+      size_t(c.n_layer) * 2 * size_t(cfg.block_size) * size_t(c.kv_dim()) * sizeof(float);
+  return int32_t(std::max<size_t>(1, cfg.kv_bytes / per_block));
+}
+}  // namespace
+
+EngineConfig EngineConfig::from_env() {
+  EngineConfig c;
+  if (const char* v = std::getenv("WICK_PREFIX_CACHE"); v && *v) {
+    const std::string s = v;
+    if (s == "0" || s == "false" || s == "off")
+      c.prefix_cache = false;
+    else if (s == "1" || s == "true" || s == "on")
+      c.prefix_cache = true;
+    else
+      throw std::runtime_error("WICK_PREFIX_CACHE=" + s + ": expected 0 or 1");
+  }
+  return c;
+}
+
+struct Engine::Sequence {
+  int64_t id = 0;
+  GenerateRequest req;
+  StreamCallbacks cb;
+  std::vector<int32_t> tokens;  // prompt, then generated
+  int32_t n_prompt = 0;
+  int32_t num_computed = 0;
+  std::vector<int32_t> block_table;
+  int32_t n_committed = 0;  // leading blocks registered in the prefix cache
+  uint64_t last_hash = 0;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StreamDecoder> detok;
+  std::string pending;  // text held back for stop strings
+  GenerateResult result;
+  clk::time_point arrival, first_token;
+  bool got_first = false;
+};
+
+Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
+    : model_(std::move(model)),
+      cfg_(cfg),
+      pool_(blocks_for(model_->model->config, cfg), cfg.block_size, model_identity(*model_),
+            cfg.prefix_cache),
+      kv_(model_->model->config.n_layer, pool_.n_blocks(), cfg.block_size,
+          model_->model->config.kv_dim()) {
+  cfg_.n_ctx = std::min<int32_t>(cfg_.n_ctx, int32_t(model_->model->config.n_ctx_train));
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
+  if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
+  if (req.max_tokens < 0)
+    throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
+  if (req.prompt.empty()) throw GenerateError("the prompt is empty");
+  const int32_t n_vocab = int32_t(model_->model->config.n_vocab);
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= n_vocab)
+      throw GenerateError(
+          fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
+  if (int32_t(req.prompt.size()) >= cfg_.n_ctx)
+    throw GenerateError(fmt::format("the prompt has {} tokens but the context holds {}",
+                                    req.prompt.size(), cfg_.n_ctx));
+  const int32_t max_blocks = (cfg_.n_ctx + cfg_.block_size - 1) / cfg_.block_size;
+  if (int32_t(req.prompt.size()) / cfg_.block_size + 1 > pool_.n_blocks() ||
+      max_blocks > pool_.n_blocks() * 4 + 1000000)
+    throw GenerateError(
+        fmt::format("the prompt needs more KV blocks than the cache has ({})", pool_.n_blocks()));
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->req = req;
+  s->cb = std::move(cb);
+  s->tokens = req.prompt;
+  s->n_prompt = int32_t(req.prompt.size());
+  s->sampler = std::make_unique<Sampler>(req.sampling, n_vocab);
+  if (model_->tokenizer) s->detok = std::make_unique<StreamDecoder>(*model_->tokenizer, true);
+  s->result.n_prompt = s->n_prompt;
+  s->arrival = clk::now();
+  const int64_t id = s->id;
+  if (req.max_tokens == 0) {
+    finish(*s, "length");
+    return id;
+  }
+  waiting_.push_back(std::move(s));
+  return id;
+}
+
+void Engine::free_blocks(Sequence& s) {
+  for (int32_t b : s.block_table) pool_.release(b);
+  s.block_table.clear();
+  s.num_computed = 0;
+  s.n_committed = 0;
+  s.last_hash = 0;
+}
+
+void Engine::finish(Sequence& s, const std::string& reason) {
+  free_blocks(s);
+  s.result.stop_reason = reason;
+  if (s.cb.on_done) s.cb.on_done(s.result);
+}
+
+void Engine::cancel(int64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if ((*it)->id == id) {
+      auto s = std::move(*it);
+      waiting_.erase(it);
+      finish(*s, "cancelled");
+      return;
+    }
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if ((*it)->id == id) {
+      auto s = std::move(*it);
+      running_.erase(it);
+      finish(*s, "cancelled");
+      return;
+    }
+}
+
+// Takes the longest verified cached prefix; at least one token is left to
+// compute (its logits start the generation).
+void Engine::admit(Sequence& s) {
+  std::vector<int32_t> hit = pool_.match_prefix(s.tokens);
+  if (!hit.empty() && int32_t(hit.size()) * cfg_.block_size >= int32_t(s.tokens.size())) {
+    pool_.release(hit.back());
+    hit.pop_back();
+  }
+  s.block_table = hit;
+  s.num_computed = int32_t(hit.size()) * cfg_.block_size;
+  s.n_committed = int32_t(hit.size());
+  s.last_hash = 0;
+  for (int32_t k = 0; k < s.n_committed; ++k)
+    s.last_hash =
+        pool_.chain_hash(s.last_hash, std::span<const int32_t>(s.tokens).subspan(
+                                          size_t(k * cfg_.block_size), size_t(cfg_.block_size)));
+  if (s.result.n_reused == 0) s.result.n_reused = s.num_computed;
+}
+
+void Engine::preempt(Sequence& s) {
+  free_blocks(s);  // recomputed from the prompt (and what it generated) when readmitted
+  ++n_preemptions_;
+}
+
+bool Engine::ensure_blocks(Sequence& s, int32_t n_tokens) {
+  const int32_t need = (s.num_computed + n_tokens + cfg_.block_size - 1) / cfg_.block_size;
+  while (int32_t(s.block_table.size()) < need) {
+    const int32_t b = pool_.allocate();
+    if (b < 0) return false;
+    s.block_table.push_back(b);
+  }
+  return true;
+}
+
+void Engine::commit_full_blocks(Sequence& s) {
+  const int32_t full = s.num_computed / cfg_.block_size;
+  for (; s.n_committed < full; ++s.n_committed) {
+    auto toks = std::span<const int32_t>(s.tokens).subspan(size_t(s.n_committed * cfg_.block_size),
+                                                           size_t(cfg_.block_size));
+    s.last_hash = pool_.commit(s.block_table[size_t(s.n_committed)], s.last_hash, toks);
+  }
+}
+
+bool Engine::on_token(Sequence& s, int32_t id) {
+  if (!s.got_first) {
+    s.got_first = true;
+    s.first_token = clk::now();
+    s.result.ttft_ms = ms_since(s.arrival);
+  }
+  s.tokens.push_back(id);
+  s.result.tokens.push_back(id);
+  auto emit = [&](const std::string& t) {
+    s.result.text += t;
+    return !s.cb.on_text || t.empty() || s.cb.on_text(t);
+  };
+  if (!s.req.ignore_eos && model_->is_eog(id)) {
+    if (s.detok) emit(s.pending + s.detok->finish());
+    s.result.stop_reason = "eos";
+    return false;
+  }
+  if (s.detok) {
+    s.pending += s.detok->push(id);
+    for (const auto& st : s.req.stop)
+      if (auto p = s.pending.find(st); !st.empty() && p != std::string::npos) {
+        emit(s.pending.substr(0, p));
+        s.result.stop_reason = "stop";
+        return false;
+      }
+    size_t hold = 0;
+    for (const auto& st : s.req.stop)
+      for (size_t n = std::min(s.pending.size(), st.size() - 1); n > hold; --n)
+        if (s.pending.compare(s.pending.size() - n, n, st, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+    std::string out = s.pending.substr(0, s.pending.size() - hold);
+    s.pending.erase(0, s.pending.size() - hold);
+    if (!emit(out)) {
+      s.result.stop_reason = "cancelled";
+      return false;
+    }
+  }
+  const bool at_max = int32_t(s.result.tokens.size()) >= s.req.max_tokens;
+  const bool at_ctx = int32_t(s.tokens.size()) >= cfg_.n_ctx;
+  if (at_max || at_ctx) {
+    if (s.detok) emit(s.pending + s.detok->finish());
+    s.result.stop_reason = at_max ? "length" : "context";
+    return false;
+  }
+  return true;
+}
+
+bool Engine::step() {
+  if (running_.empty() && waiting_.empty()) return false;
+  ++n_steps_;
+  int32_t budget = cfg_.max_batch_tokens;
+  struct Work {
+    Sequence* s;
+    int32_t n;
+  };
+  std::vector<Work> work;
+  // Running sequences first, oldest first; preempt the newest when blocks run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& s = *running_[i];
+    const int32_t n = std::min<int32_t>(int32_t(s.tokens.size()) - s.num_computed, budget);
+    if (ensure_blocks(s, n)) {
+      work.push_back({&s, n});
+      budget -= n;
+      ++i;
+      continue;
+    }
+    // out of blocks: preempt the newest running sequence (possibly this one)
+    auto victim = std::move(running_.back());
+    running_.pop_back();
+    for (auto& w : work)
+      if (w.s == victim.get()) throw std::logic_error("preempting a scheduled sequence");
+    preempt(*victim);
+    waiting_.push_front(std::move(victim));
+  }
+  // Then waiting sequences, first come first served.
+  while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < cfg_.max_seqs) {
+    Sequence& s = *waiting_.front();
+    admit(s);
+    const int32_t n = std::min<int32_t>(int32_t(s.tokens.size()) - s.num_computed, budget);
+    if (!ensure_blocks(s, n)) {
+      free_blocks(s);  // not enough room yet: wait for blocks to come back
+      break;
+    }
+    work.push_back({&s, n});
+    budget -= n;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  if (work.empty()) {
+    if (running_.empty() && !waiting_.empty()) {  // cannot fit even alone: fail it
+      auto s = std::move(waiting_.front());
+      waiting_.pop_front();
+      finish(*s, "error: the KV cache is too small for this request");
+      return true;
+    }
+    return !running_.empty() || !waiting_.empty();
+  }
+  // Build the flat batch.
+  batch_.token_ids.clear();
+  batch_.positions.clear();
+  batch_.seq_of.clear();
+  batch_.logit_rows.clear();
+  batch_.block_tables.resize(work.size());
+  std::vector<Sequence*> sampled;
+  for (size_t k = 0; k < work.size(); ++k) {
+    Sequence& s = *work[k].s;
+    batch_.block_tables[k] = s.block_table;
+    const bool last = s.num_computed + work[k].n == int32_t(s.tokens.size());
+    for (int32_t i = 0; i < work[k].n; ++i) {
+      const int32_t pos = s.num_computed + i;
+      batch_.add(s.tokens[size_t(pos)], pos, int32_t(k), last && i == work[k].n - 1);
+    }
+    if (last) sampled.push_back(&s);
+  }
+  logits_.resize(sampled.size() * size_t(model_->model->config.n_vocab));
+  forward(*model_->model, batch_, kv_, scratch_, logits_.data());
+  for (auto& w : work) {
+    w.s->num_computed += w.n;
+    if (w.s->num_computed <= w.s->n_prompt) w.s->result.n_prefilled += w.n;
+    commit_full_blocks(*w.s);
+  }
+  // Sample, stream, and retire finished sequences.
+  const size_t V = size_t(model_->model->config.n_vocab);
+  std::vector<int64_t> done;
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    Sequence& s = *sampled[r];
+    std::span<float> row(logits_.data() + r * V, V);
+    if (s.req.keep_first_logits && !s.got_first)
+      s.result.first_logits.assign(row.begin(), row.end());
+    const int32_t id = s.sampler->sample(row, s.tokens);
+    if (!on_token(s, id)) done.push_back(s.id);
+  }
+  for (int64_t id : done)
+    for (auto it = running_.begin(); it != running_.end(); ++it)
+      if ((*it)->id == id) {
+        auto s = std::move(*it);
+        running_.erase(it);
+        if (s->got_first && s->result.tokens.size() > 1)
+          s->result.decode_tok_s =
+              double(s->result.tokens.size() - 1) / (ms_since(s->first_token) / 1e3);
+        finish(*s, s->result.stop_reason);
+        break;
+      }
+  return true;
+}
+
+void Engine::run_until_idle() {
+  while (step()) {
+  }
+}
+
+}  // namespace wick

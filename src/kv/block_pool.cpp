@@ -1,0 +1,91 @@
+#include "kv/block_pool.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace wick {
+
+BlockPool::BlockPool(int32_t n_blocks, int32_t block_size, uint64_t model_id, bool prefix_cache)
+    : block_size_(block_size),
+      model_id_(model_id),
+      prefix_cache_(prefix_cache),
+      blocks_(size_t(n_blocks)) {
+  for (int32_t b = 0; b < n_blocks; ++b) blocks_[size_t(b)].free_it = free_.insert(free_.end(), b);
+}
+
+uint64_t BlockPool::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(sizeof parent + tokens.size_bytes());
+  std::memcpy(buf.data(), &parent, sizeof parent);
+  std::memcpy(buf.data() + sizeof parent, tokens.data(), tokens.size_bytes());
+  return XXH3_64bits_withSeed(buf.data(), buf.size(), model_id_);
+}
+
+std::vector<int32_t> BlockPool::match_prefix(std::span<const int32_t> tokens) {
+  std::vector<int32_t> out;
+  ++n_queries;
+  n_query_tokens += tokens.size();
+  if (!prefix_cache_) return out;
+  uint64_t parent = 0;
+  for (size_t start = 0; start + size_t(block_size_) <= tokens.size();
+       start += size_t(block_size_)) {
+    auto chunk = tokens.subspan(start, size_t(block_size_));
+    const uint64_t h = chain_hash(parent, chunk);
+    auto it = by_hash_.find(h);
+    if (it == by_hash_.end()) break;
+    Block& b = blocks_[size_t(it->second)];
+    if (!std::equal(chunk.begin(), chunk.end(), b.tokens.begin(), b.tokens.end()))
+      break;  // a collision: not a hit
+    if (b.ref++ == 0) free_.erase(b.free_it);
+    out.push_back(it->second);
+    parent = h;
+  }
+  n_hit_tokens += out.size() * size_t(block_size_);
+  return out;
+}
+
+void BlockPool::unhash(int32_t id) {
+  Block& b = blocks_[size_t(id)];
+  if (!b.hashed) return;
+  auto it = by_hash_.find(b.hash);
+  if (it != by_hash_.end() && it->second == id) by_hash_.erase(it);
+  b.hashed = false;
+  b.tokens.clear();
+}
+
+int32_t BlockPool::allocate() {
+  if (free_.empty()) return -1;
+  const int32_t id = free_.front();
+  free_.pop_front();
+  unhash(id);  // evicts its cached content, if any
+  blocks_[size_t(id)].ref = 1;
+  return id;
+}
+
+void BlockPool::release(int32_t id) {
+  Block& b = blocks_[size_t(id)];
+  if (b.ref <= 0) throw std::logic_error("BlockPool::release: block is not referenced");
+  if (--b.ref == 0) {
+    // Uncached blocks go to the front (reused first); cached ones to the back,
+    // so the least recently used cached content is evicted first.
+    b.free_it = b.hashed ? free_.insert(free_.end(), id) : free_.insert(free_.begin(), id);
+  }
+}
+
+uint64_t BlockPool::commit(int32_t id, uint64_t parent, std::span<const int32_t> tokens) {
+  const uint64_t h = chain_hash(parent, tokens);
+  if (!prefix_cache_) return h;
+  Block& b = blocks_[size_t(id)];
+  if (b.hashed) return b.hash;
+  if (by_hash_.count(h)) return h;  // an identical block is already cached
+  b.hashed = true;
+  b.hash = h;
+  b.tokens.assign(tokens.begin(), tokens.end());
+  by_hash_[h] = id;
+  return h;
+}
+
+}  // namespace wick

@@ -1,0 +1,62 @@
+// Fixed-size KV blocks shared by all sequences, with a prefix cache: every
+// full block is keyed by a chained hash of (parent hash, its tokens, model
+// identity) and keeps its tokens, so a hit is verified token by token. Blocks
+// are reference-counted; unreferenced cached blocks stay findable until they
+// are evicted, least recently used first.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace wick {
+
+class BlockPool {
+ public:
+  BlockPool(int32_t n_blocks, int32_t block_size, uint64_t model_id, bool prefix_cache = true);
+
+  int32_t block_size() const { return block_size_; }
+  int32_t n_blocks() const { return int32_t(blocks_.size()); }
+  int32_t n_free() const { return int32_t(free_.size()); }  // unreferenced (cached ones included)
+  int32_t n_used() const { return n_blocks() - n_free(); }
+  int32_t n_cached() const { return int32_t(by_hash_.size()); }
+
+  // The longest chain of cached full blocks equal to the start of `tokens`;
+  // each returned block gains a reference. Counts a query and its hit tokens.
+  std::vector<int32_t> match_prefix(std::span<const int32_t> tokens);
+  // A free block with one reference (evicting the least recently used cached
+  // block when needed), or -1 when every block is referenced.
+  int32_t allocate();
+  void release(int32_t block);  // drops a reference; at zero it becomes free (still cached)
+  // Registers a block that just became full: block_index is its place in the
+  // sequence, tokens its block_size tokens, parent the hash of the block before.
+  uint64_t commit(int32_t block, uint64_t parent, std::span<const int32_t> tokens);
+  uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const;
+
+  // counters
+  uint64_t n_queries = 0, n_query_tokens = 0, n_hit_tokens = 0;
+  double hit_rate() const {
+    return n_query_tokens ? double(n_hit_tokens) / double(n_query_tokens) : 0.0;
+  }
+
+ private:
+  struct Block {
+    int32_t ref = 0;
+    bool hashed = false;
+    uint64_t hash = 0;
+    std::vector<int32_t> tokens;  // the tokens it holds, for verification
+    std::list<int32_t>::iterator free_it;
+  };
+  void unhash(int32_t b);
+
+  int32_t block_size_;
+  uint64_t model_id_;
+  bool prefix_cache_;
+  std::vector<Block> blocks_;
+  std::list<int32_t> free_;  // front = least recently freed
+  std::unordered_map<uint64_t, int32_t> by_hash_;
+};
+
+}  // namespace wick

@@ -1,0 +1,171 @@
+// The engine: concurrent requests equal sequential ones, verified prefix
+// hits, preemption and eviction under a tiny KV budget, block accounting.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/engine.h"
+#include "helpers.h"
+
+namespace wick::test {
+namespace {
+
+std::vector<GenerateRequest> mixed_requests(int32_t n_vocab, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<GenerateRequest> out;
+  for (int i = 0; i < n; ++i) {
+    GenerateRequest r;
+    const int len = 3 + int(rng() % 60);
+    for (int k = 0; k < len; ++k) r.prompt.push_back(int32_t(rng() % uint32_t(n_vocab)));
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = 4 + int(rng() % 20);
+    r.ignore_eos = true;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<GenerateResult> run_sequential(std::shared_ptr<const LoadedModel> m,
+                                           const std::vector<GenerateRequest>& reqs) {
+  std::vector<GenerateResult> out;
+  for (auto& r : reqs) {
+    Session s(m, 512);
+    out.push_back(s.generate(r));
+  }
+  return out;
+}
+
+std::vector<GenerateResult> run_engine(Engine& e, const std::vector<GenerateRequest>& reqs) {
+  std::vector<GenerateResult> out(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    e.add_request(reqs[i], {nullptr, [&out, i](const GenerateResult& r) { out[i] = r; }});
+  e.run_until_idle();
+  return out;
+}
+
+class EngineArch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineArch, ConcurrentRequestsEqualSequentialOnes) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir(GetParam()));
+  auto reqs = mixed_requests(int32_t(m->model->config.n_vocab), 10, 1);
+  auto want = run_sequential(m, reqs);
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 48;  // forces chunked prefills mixed with decodes
+  cfg.max_seqs = 6;
+  Engine e(m, cfg);
+  auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+  EXPECT_EQ(e.blocks().n_used(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, EngineArch, ::testing::Values("llama", "mistral", "qwen3_moe"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Engine, PrefixHitGivesColdLogitsAndIsVerifiedPerBlock) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("qwen3"));
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 50; ++i) prompt.push_back(int32_t((i * 37 + 11) % 500));
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.sampling = SamplingParams::greedy();
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.keep_first_logits = true;
+  Engine e(m, EngineConfig{});
+  auto cold = run_engine(e, {r})[0];
+  EXPECT_EQ(cold.n_reused, 0);
+  auto warm = run_engine(e, {r})[0];
+  EXPECT_EQ(warm.n_reused, 48);  // three full blocks of 16; the last 2 tokens are computed
+  EXPECT_EQ(warm.first_logits, cold.first_logits);
+  EXPECT_EQ(warm.tokens, cold.tokens);
+  // one token changed inside the second block: only the first block matches
+  GenerateRequest r2 = r;
+  r2.prompt[20] = (r2.prompt[20] + 1) % 500;
+  auto diff = run_engine(e, {r2})[0];
+  EXPECT_EQ(diff.n_reused, 16);
+  Engine fresh(m, EngineConfig{});
+  auto diff_cold = run_engine(fresh, {r2})[0];
+  EXPECT_EQ(diff.first_logits, diff_cold.first_logits);
+  EXPECT_EQ(diff.tokens, diff_cold.tokens);
+  // with the prefix cache off nothing is reused
+  EngineConfig off;
+  off.prefix_cache = false;
+  Engine noc(m, off);
+  run_engine(noc, {r});
+  EXPECT_EQ(run_engine(noc, {r})[0].n_reused, 0);
+  std::printf("[ report ] prefix cache hit rate over the test: %.2f\n", e.blocks().hit_rate());
+}
+
+TEST(Engine, TinyBudgetPreemptsEvictsAndReturnsEveryBlock) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("llama"));
+  auto reqs = mixed_requests(int32_t(m->model->config.n_vocab), 12, 7);
+  auto want = run_sequential(m, reqs);
+  EngineConfig cfg;
+  cfg.n_blocks = 10;  // 160 token slots for 12 requests of up to ~85 tokens
+  cfg.max_batch_tokens = 64;
+  Engine e(m, cfg);
+  auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+  EXPECT_GT(e.n_preemptions(), 0u);
+  EXPECT_EQ(e.blocks().n_used(), 0);
+  EXPECT_EQ(e.blocks().n_free(), 10);
+  std::printf("[ report ] tiny budget: %llu preemptions over %llu steps\n",
+              (unsigned long long)e.n_preemptions(), (unsigned long long)e.n_steps());
+}
+
+TEST(Engine, CancelFreesBlocksAtOnce) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("mixtral"));
+  auto reqs = mixed_requests(int32_t(m->model->config.n_vocab), 6, 3);
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 32;
+  Engine e(m, cfg);
+  std::vector<std::string> reasons(reqs.size());
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    ids.push_back(e.add_request(reqs[i], {nullptr, [&reasons, i](const GenerateResult& r) {
+                                            reasons[i] = r.stop_reason;
+                                          }}));
+  e.step();
+  e.step();
+  const int32_t used_before = e.blocks().n_used();
+  e.cancel(ids[0]);  // running
+  e.cancel(ids[5]);  // probably still waiting
+  EXPECT_LT(e.blocks().n_used(), used_before);
+  EXPECT_EQ(reasons[0], "cancelled");
+  EXPECT_EQ(reasons[5], "cancelled");
+  // a client that hangs up through its text callback
+  GenerateRequest r = reqs[1];
+  int calls = 0;
+  e.add_request(r, {[&](std::string_view) { return ++calls < 2; }, nullptr});
+  e.run_until_idle();
+  EXPECT_EQ(e.blocks().n_used(), 0);
+  EXPECT_EQ(e.n_running() + e.n_waiting(), 0);
+}
+
+TEST(Engine, BadRequestsAreRejectedBeforeQueueing) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("qwen2"));
+  EngineConfig cfg;
+  cfg.n_ctx = 64;
+  Engine e(m, cfg);
+  GenerateRequest r;
+  r.prompt = std::vector<int32_t>(80, 1);
+  EXPECT_THROW(e.add_request(r, {}), GenerateError);
+  r.prompt = {1, 2, 9999};
+  EXPECT_THROW(e.add_request(r, {}), GenerateError);
+  r.prompt = {};
+  EXPECT_THROW(e.add_request(r, {}), GenerateError);
+  r.prompt = {1, 2};
+  r.sampling.top_k = -1;
+  EXPECT_THROW(e.add_request(r, {}), GenerateError);
+  EXPECT_EQ(e.n_waiting(), 0);
+}
+
+}  // namespace
+}  // namespace wick::test
