@@ -12,6 +12,7 @@ void register_convert(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_run(CLI::App& app);
+void register_serve(CLI::App& app);
 void register_detokenize(CLI::App& app);
 void register_template(CLI::App& app);
 

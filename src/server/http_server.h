@@ -1,0 +1,25 @@
+// wick serve: OpenAI- and Ollama-compatible HTTP API over the engine.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace wick::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;            // non-empty: every API call needs "Authorization: Bearer KEY"
+  std::string default_model = "smollm2";
+  size_t max_body_bytes = 8u << 20;
+  size_t max_queue = 256;         // requests in flight before 429
+  int n_http_threads = 128;
+  EngineConfig engine;
+};
+
+// Serves until SIGINT/SIGTERM; returns the process exit code.
+int serve(const ServerConfig& cfg);
+
+}  // namespace wick::server

@@ -1,0 +1,64 @@
+"""Starts real `wick serve` processes on loopback for the server tests."""
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+import requests
+
+WICK = os.environ.get("WICK_BIN", "build/bin/wick")
+MODEL = os.environ.get("WICK_TEST_MODEL", os.path.expanduser("~/.cache/wick/models/smollm2.gguf"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *extra):
+        if not os.path.exists(MODEL):
+            pytest.skip(f"default model missing: {MODEL}")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([WICK, "serve", "--model", MODEL, "--port", str(self.port), *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("wick serve exited: " + self.proc.stdout.read())
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("wick serve did not become healthy")
+
+    def metric(self, name):
+        for line in requests.get(self.url + "/metrics", timeout=5).text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    assert s.proc.poll() is None, "the server died during the tests"
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def model_name():
+    return MODEL

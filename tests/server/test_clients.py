@@ -1,0 +1,104 @@
+"""The `openai` and `ollama` Python packages against a real `wick serve`."""
+import concurrent.futures as cf
+
+import ollama
+import openai
+import requests
+
+QUESTION = "What is the capital of France?"
+
+
+def oa(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_openai_chat(server, model_name):
+    r = oa(server).chat.completions.create(model=model_name, messages=[{"role": "user", "content": QUESTION}],
+                                           temperature=0, max_tokens=32)
+    text = r.choices[0].message.content
+    assert "Paris" in text
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_openai_chat_stream_equals_non_stream(server, model_name):
+    client = oa(server)
+    msgs = [{"role": "system", "content": "Answer in one sentence."}, {"role": "user", "content": QUESTION}]
+    full = client.chat.completions.create(model=model_name, messages=msgs, temperature=0, max_tokens=40)
+    parts, usage, finish = [], None, None
+    for chunk in client.chat.completions.create(model=model_name, messages=msgs, temperature=0, max_tokens=40,
+                                                stream=True, stream_options={"include_usage": True}):
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            if c.delta.content:
+                parts.append(c.delta.content)
+            finish = c.finish_reason or finish
+    assert "".join(parts) == full.choices[0].message.content
+    assert finish == full.choices[0].finish_reason
+    assert usage is not None and usage.completion_tokens == full.usage.completion_tokens
+
+
+def test_openai_completions(server, model_name):
+    client = oa(server)
+    r = client.completions.create(model=model_name, prompt="The capital of France is", temperature=0, max_tokens=8)
+    assert "Paris" in r.choices[0].text
+    assert r.choices[0].finish_reason == "length"
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=model_name, prompt="The capital of France is", temperature=0, max_tokens=8, stream=True) if c.choices)
+    assert streamed == r.choices[0].text
+
+
+def test_openai_n_and_seed(server, model_name):
+    client = oa(server)
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "Say a word."}],
+                                       temperature=1.0, seed=5, n=3, max_tokens=8)
+    assert len(r.choices) == 3
+    again = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "Say a word."}],
+                                           temperature=1.0, seed=5, n=3, max_tokens=8)
+    assert [c.message.content for c in r.choices] == [c.message.content for c in again.choices]
+
+
+def test_openai_models(server, model_name):
+    ids = [m.id for m in oa(server).models.list().data]
+    assert "smollm2" in ids
+
+
+def test_ollama_generate_and_chat(server, model_name):
+    client = ollama.Client(host=server.url)
+    r = client.generate(model=model_name, prompt=QUESTION, options={"temperature": 0, "num_predict": 32})
+    assert "Paris" in r.response
+    assert r.done and r.eval_count > 0 and r.prompt_eval_count > 0 and r.total_duration > 0
+    streamed = "".join(p.response for p in client.generate(model=model_name, prompt=QUESTION, stream=True,
+                                                            options={"temperature": 0, "num_predict": 32}))
+    assert streamed == r.response
+    c = client.chat(model=model_name, messages=[{"role": "user", "content": QUESTION}], options={"temperature": 0})
+    assert "Paris" in c.message.content
+    parts = [p.message.content for p in client.chat(model=model_name, messages=[{"role": "user", "content": QUESTION}],
+                                                    stream=True, options={"temperature": 0})]
+    assert "".join(parts) == c.message.content
+
+
+def test_ollama_list_show_version(server):
+    client = ollama.Client(host=server.url)
+    names = [m.model for m in client.list().models]
+    assert "smollm2:latest" in names
+    shown = client.show("smollm2")
+    assert shown.details.family == "llama"
+    assert requests.get(server.url + "/api/version", timeout=5).json()["version"]
+
+
+def test_eight_concurrent_greedy_requests_equal_sequential(server, model_name):
+    client = oa(server)
+    questions = [f"What is {a} plus {b}?" for a, b in [(1, 2), (3, 4), (10, 5), (7, 7), (2, 9), (6, 1), (8, 8), (4, 5)]]
+    questions[3] = QUESTION
+    def ask(q, max_tokens):
+        r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": q}],
+                                           temperature=0, max_tokens=max_tokens)
+        return r.choices[0].message.content
+    lengths = [8, 16, 24, 32, 12, 20, 28, 10]
+    alone = [ask(q, n) for q, n in zip(questions, lengths)]
+    with cf.ThreadPoolExecutor(8) as ex:
+        together = list(ex.map(ask, questions, lengths))
+    assert together == alone
