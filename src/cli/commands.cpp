@@ -174,10 +174,13 @@ std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n_vocab, int n) {
 
 // N sequences at once through the engine, as llama-batched-bench measures:
 // generated tok/s and total (prompt + generated) tok/s over the wall time.
-void bench_parallel(const std::shared_ptr<const LoadedModel>& m, const std::vector<int>& ns, int n_prompt, int n_gen,
-                    bool as_json, nlohmann::json& results) {
+void bench_parallel(const std::shared_ptr<const LoadedModel>& m, const std::vector<int>& ns,
+                    int n_prompt, int n_gen, bool as_json, nlohmann::json& results) {
   std::mt19937 rng(7);
-  if (!as_json) fmt::print("| sequences | prompt | gen | time s | generated tok/s | total tok/s | preemptions |\n|---|---|---|---|---|---|---|\n");
+  if (!as_json)
+    fmt::print(
+        "| sequences | prompt | gen | time s | generated tok/s | total tok/s | preemptions "
+        "|\n|---|---|---|---|---|---|---|\n");
   for (int n_seq : ns) {
     EngineConfig cfg = EngineConfig::from_env();
     cfg.n_blocks = n_seq * ((n_prompt + n_gen) / cfg.block_size + 2);
@@ -195,14 +198,23 @@ void bench_parallel(const std::shared_ptr<const LoadedModel>& m, const std::vect
     e.run_until_idle();
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double gen = double(n_seq) * n_gen / t, total = double(n_seq) * (n_prompt + n_gen) / t;
-    results.push_back({{"test", "parallel"}, {"sequences", n_seq}, {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"seconds", t},
-                       {"generated_tok_s", gen}, {"total_tok_s", total}, {"preemptions", e.n_preemptions()}});
-    if (!as_json) fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {} |\n", n_seq, n_prompt, n_gen, t, gen, total, e.n_preemptions());
+    results.push_back({{"test", "parallel"},
+                       {"sequences", n_seq},
+                       {"n_prompt", n_prompt},
+                       {"n_gen", n_gen},
+                       {"seconds", t},
+                       {"generated_tok_s", gen},
+                       {"total_tok_s", total},
+                       {"preemptions", e.n_preemptions()}});
+    if (!as_json)
+      fmt::print("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {} |\n", n_seq, n_prompt, n_gen, t,
+                 gen, total, e.n_preemptions());
   }
 }
 
 // TTFT of a request whose prefix of n_prefix tokens is cached, against a cold one.
-void bench_prefix_ttft(const std::shared_ptr<const LoadedModel>& m, int n_prefix, bool as_json, nlohmann::json& results) {
+void bench_prefix_ttft(const std::shared_ptr<const LoadedModel>& m, int n_prefix, bool as_json,
+                       nlohmann::json& results) {
   std::mt19937 rng(11);
   auto prefix = random_ids(rng, m->model->config.n_vocab, n_prefix);
   auto request = [&](int salt) {
@@ -229,25 +241,41 @@ void bench_prefix_ttft(const std::shared_ptr<const LoadedModel>& m, int n_prefix
   Engine warm_engine(m, cfg);
   ttft(warm_engine, request(1));  // caches the prefix
   const double warm = ttft(warm_engine, request(2));
-  results.push_back({{"test", "prefix_ttft"}, {"n_prefix", n_prefix}, {"cold_ms", cold}, {"cached_ms", warm}, {"ratio", warm / cold},
+  results.push_back({{"test", "prefix_ttft"},
+                     {"n_prefix", n_prefix},
+                     {"cold_ms", cold},
+                     {"cached_ms", warm},
+                     {"ratio", warm / cold},
                      {"hit_rate", warm_engine.blocks().hit_rate()}});
   if (!as_json)
-    fmt::print("| TTFT, {}-token prefix | cold {:.1f} ms | cached {:.1f} ms | cached/cold {:.3f} |\n", n_prefix, cold, warm, warm / cold);
+    fmt::print(
+        "| TTFT, {}-token prefix | cold {:.1f} ms | cached {:.1f} ms | cached/cold {:.3f} |\n",
+        n_prefix, cold, warm, warm / cold);
 }
 
 }  // namespace
 
 void register_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "Measure prefill (pp) and decode (tg) speed as llama-bench does, batched throughput, and prefix-cache TTFT");
+  auto* cmd = app.add_subcommand("bench",
+                                 "Measure prefill (pp) and decode (tg) speed as llama-bench does, "
+                                 "batched throughput, and prefix-cache TTFT");
   static std::string path, parallel;
   static int n_prompt = 512, n_gen = 128, reps = 3, prefix_ttft = 0;
   static bool as_json = false;
-  cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")->required();
-  cmd->add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp (0 = skip)")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")->check(CLI::Range(1, 100));
-  cmd->add_option("--parallel", parallel, "instead: throughput of N concurrent sequences (list, e.g. 1,8,32) with -p prompt and -n generated tokens each");
-  cmd->add_option("--prefix-ttft", prefix_ttft, "instead: TTFT with this many prefix tokens cached, against cold")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
+      ->required();
+  cmd->add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--parallel", parallel,
+                  "instead: throughput of N concurrent sequences (list, e.g. 1,8,32) with -p "
+                  "prompt and -n generated tokens each");
+  cmd->add_option("--prefix-ttft", prefix_ttft,
+                  "instead: TTFT with this many prefix tokens cached, against cold")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", as_json, "print JSON");
   cmd->callback([] {
     if (!parallel.empty() || prefix_ttft > 0) {
@@ -255,11 +283,16 @@ void register_bench(CLI::App& app) {
       json results = json::array();
       if (!parallel.empty()) {
         std::vector<int> ns;
-        for (auto& id : parse_ids(parallel)) ns.push_back(id > 0 ? id : throw std::runtime_error("--parallel: counts must be positive"));
+        for (auto& id : parse_ids(parallel))
+          ns.push_back(id > 0 ? id
+                              : throw std::runtime_error("--parallel: counts must be positive"));
         bench_parallel(m, ns, n_prompt, n_gen, as_json, results);
       }
       if (prefix_ttft > 0) bench_prefix_ttft(m, prefix_ttft, as_json, results);
-      if (as_json) fmt::print("{}\n", json{{"model", path}, {"threads", cpu::n_threads()}, {"results", results}}.dump(2));
+      if (as_json)
+        fmt::print(
+            "{}\n",
+            json{{"model", path}, {"threads", cpu::n_threads()}, {"results", results}}.dump(2));
       return;
     }
     auto m = load_model(resolve_model(path));

@@ -226,21 +226,33 @@ void register_run(CLI::App& app) {
 namespace wick::cli {
 
 void register_serve(CLI::App& app) {
-  auto* cmd = app.add_subcommand("serve", "Serve models over an OpenAI- and Ollama-compatible HTTP API");
+  auto* cmd =
+      app.add_subcommand("serve", "Serve models over an OpenAI- and Ollama-compatible HTTP API");
   static server::ServerConfig cfg;
   static size_t kv_mib = 512;
   static int n_ctx = 4096;
-  cmd->add_option("--model,-m", cfg.default_model, "the model served by default and loaded at start (default: smollm2)");
+  cmd->add_option("--model,-m", cfg.default_model,
+                  "the model served by default and loaded at start (default: smollm2)");
   cmd->add_option("--host", cfg.host, "address to bind (default 127.0.0.1)");
   cmd->add_option("--port", cfg.port, "port (default 8080)")->check(CLI::Range(1, 65535));
   cmd->add_option("--api-key", cfg.api_key, "require Authorization: Bearer KEY (env WICK_API_KEY)");
-  cmd->add_option("--kv-memory", kv_mib, "KV cache memory per model in MiB (default 512)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--ctx-size,-c", n_ctx, "longest sequence, prompt and output (default 4096, at most the model's)")->check(CLI::Range(16, 1 << 24));
-  cmd->add_option("--max-batch-tokens", cfg.engine.max_batch_tokens, "tokens per engine step (default 512)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-seqs", cfg.engine.max_seqs, "sequences computed at once (default 64)")->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-queue", cfg.max_queue, "requests in flight before answering 429 (default 256)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-body", cfg.max_body_bytes, "largest request body in bytes (default 8 MiB)");
-  cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-memory", kv_mib, "KV cache memory per model in MiB (default 512)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--ctx-size,-c", n_ctx,
+                  "longest sequence, prompt and output (default 4096, at most the model's)")
+      ->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--max-batch-tokens", cfg.engine.max_batch_tokens,
+                  "tokens per engine step (default 512)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-seqs", cfg.engine.max_seqs, "sequences computed at once (default 64)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-queue", cfg.max_queue,
+                  "requests in flight before answering 429 (default 256)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-body", cfg.max_body_bytes,
+                  "largest request body in bytes (default 8 MiB)");
+  cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")
+      ->check(CLI::Range(1, 4096));
   cmd->callback([] {
     const bool prefix = cfg.engine.prefix_cache;
     EngineConfig env = EngineConfig::from_env();

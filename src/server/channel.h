@@ -14,9 +14,9 @@
 namespace wick::server {
 
 struct Event {
-  std::string text;                     // a piece of output text
-  std::optional<GenerateResult> done;   // set on the last event
-  std::string error;                    // set when the request failed in the engine
+  std::string text;                    // a piece of output text
+  std::optional<GenerateResult> done;  // set on the last event
+  std::string error;                   // set when the request failed in the engine
 };
 
 class Channel {
@@ -38,7 +38,7 @@ class Channel {
   }
   std::atomic<bool> cancelled{false};
   std::atomic<bool> finished{false};  // set by the engine thread with the last event
-  int64_t engine_id = 0;  // set by the engine thread
+  int64_t engine_id = 0;              // set by the engine thread
 
  private:
   std::mutex mu_;

@@ -18,7 +18,8 @@ EngineLoop::~EngineLoop() {
   thread_.join();
 }
 
-bool EngineLoop::submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req, std::shared_ptr<Channel> ch) {
+bool EngineLoop::submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req,
+                        std::shared_ptr<Channel> ch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (n_in_flight_ >= max_queue_) return false;
@@ -45,7 +46,8 @@ EngineGauges EngineLoop::gauges() const {
 
 Engine& EngineLoop::engine_for(const std::shared_ptr<const LoadedModel>& m) {
   auto it = engines_.find(m.get());
-  if (it == engines_.end()) it = engines_.emplace(m.get(), std::make_pair(m, std::make_unique<Engine>(m, cfg_))).first;
+  if (it == engines_.end())
+    it = engines_.emplace(m.get(), std::make_pair(m, std::make_unique<Engine>(m, cfg_))).first;
   return *it->second.second;
 }
 
@@ -58,7 +60,9 @@ void EngineLoop::run() {
       std::unique_lock<std::mutex> lock(mu_);
       bool busy = false;
       for (auto& [k, e] : engines_) busy |= e.second->n_running() + e.second->n_waiting() > 0;
-      if (!busy) cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !jobs_.empty() || !cancels_.empty(); });
+      if (!busy)
+        cv_.wait_for(lock, std::chrono::milliseconds(200),
+                     [&] { return stop_ || !jobs_.empty() || !cancels_.empty(); });
       if (stop_) break;
       jobs.swap(jobs_);
       cancels.swap(cancels_);
@@ -100,7 +104,8 @@ void EngineLoop::run() {
       }
     }
     for (auto& ch : cancels)
-      if (auto it = live_.find(ch.get()); it != live_.end()) it->second.first->cancel(it->second.second);
+      if (auto it = live_.find(ch.get()); it != live_.end())
+        it->second.first->cancel(it->second.second);
     for (auto& [k, e] : engines_) {
       try {
         e.second->step();

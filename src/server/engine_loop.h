@@ -21,7 +21,8 @@ class EngineLoop {
   EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics);
   ~EngineLoop();
   // false when the queue is full (the caller answers 429)
-  bool submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req, std::shared_ptr<Channel> ch);
+  bool submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req,
+              std::shared_ptr<Channel> ch);
   void cancel(const std::shared_ptr<Channel>& ch);  // frees the request's blocks within one step
   bool alive() const { return alive_; }
   EngineGauges gauges() const;
@@ -42,7 +43,9 @@ class EngineLoop {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<std::shared_ptr<Channel>> cancels_;
-  std::map<const LoadedModel*, std::pair<std::shared_ptr<const LoadedModel>, std::unique_ptr<Engine>>> engines_;
+  std::map<const LoadedModel*,
+           std::pair<std::shared_ptr<const LoadedModel>, std::unique_ptr<Engine>>>
+      engines_;
   std::map<const Channel*, std::pair<Engine*, int64_t>> live_;  // engine thread only
   size_t n_in_flight_ = 0;
   EngineGauges gauges_;

@@ -27,7 +27,8 @@ struct ApiError {
   std::string message, type = "invalid_request_error", param, code;
 };
 
-[[noreturn]] void bad(const std::string& param, const std::string& msg, const std::string& code = "invalid_value") {
+[[noreturn]] void bad(const std::string& param, const std::string& msg,
+                      const std::string& code = "invalid_value") {
   throw ApiError{400, msg, "invalid_request_error", param, code};
 }
 
@@ -41,7 +42,8 @@ std::optional<T> field(const json& j, const char* key) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (!it->is_string()) bad(key, fmt::format("'{}' must be a string", key), "invalid_type");
   } else if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer()) bad(key, fmt::format("'{}' must be an integer", key), "invalid_type");
+    if (!it->is_number_integer())
+      bad(key, fmt::format("'{}' must be an integer", key), "invalid_type");
   } else if constexpr (std::is_floating_point_v<T>) {
     if (!it->is_number()) bad(key, fmt::format("'{}' must be a number", key), "invalid_type");
   }
@@ -52,10 +54,15 @@ std::string iso_now() {
   auto now = std::chrono::system_clock::now();
   auto secs = std::chrono::time_point_cast<std::chrono::seconds>(now);
   auto frac = std::chrono::duration_cast<std::chrono::microseconds>(now - secs).count();
-  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:06d}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(now)), frac);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:06d}Z",
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(now)), frac);
 }
 
-int64_t unix_now() { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string finish_reason(const std::string& stop) {
   if (stop == "eos" || stop == "stop") return "stop";
@@ -69,34 +76,45 @@ class Api {
 
   std::shared_ptr<const LoadedModel> model(const std::string& name, bool ollama = false) {
     std::string n = name.empty() ? cfg_.default_model : name;
-    if (ollama && n.size() > 7 && n.compare(n.size() - 7, 7, ":latest") == 0) n.resize(n.size() - 7);
+    if (ollama && n.size() > 7 && n.compare(n.size() - 7, 7, ":latest") == 0)
+      n.resize(n.size() - 7);
     try {
       auto m = ModelPool::global().get(n);
-      if (!m->tokenizer) throw ApiError{400, fmt::format("model '{}' has no tokenizer", n), "invalid_request_error", "model", "model_without_tokenizer"};
+      if (!m->tokenizer)
+        throw ApiError{400, fmt::format("model '{}' has no tokenizer", n), "invalid_request_error",
+                       "model", "model_without_tokenizer"};
       return m;
     } catch (const ModelError& e) {
       if (std::string(e.what()).rfind("unknown model", 0) == 0)
-        throw ApiError{404, fmt::format("The model '{}' does not exist", n), "invalid_request_error", "model", "model_not_found"};
+        throw ApiError{404, fmt::format("The model '{}' does not exist", n),
+                       "invalid_request_error", "model", "model_not_found"};
       throw ApiError{500, e.what(), "server_error", "model", "model_load_failed"};
     } catch (const IoError& e) {
       throw ApiError{500, e.what(), "server_error", "model", "model_load_failed"};
     }
   }
 
-  int32_t n_ctx(const LoadedModel& m) const { return std::min<int32_t>(cfg_.engine.n_ctx, int32_t(m.model->config.n_ctx_train)); }
+  int32_t n_ctx(const LoadedModel& m) const {
+    return std::min<int32_t>(cfg_.engine.n_ctx, int32_t(m.model->config.n_ctx_train));
+  }
 
-  std::vector<int32_t> chat_prompt(const LoadedModel& m, const json& messages, const json& tools, const json& extra) {
+  std::vector<int32_t> chat_prompt(const LoadedModel& m, const json& messages, const json& tools,
+                                   const json& extra) {
     if (!messages.is_array()) bad("messages", "'messages' must be an array", "invalid_type");
     if (messages.empty()) bad("messages", "'messages' must not be empty");
     for (size_t i = 0; i < messages.size(); ++i) {
       const json& msg = messages[i];
       const std::string p = fmt::format("messages[{}]", i);
       if (!msg.is_object()) bad(p, p + " must be an object", "invalid_type");
-      if (!msg.contains("role") || !msg["role"].is_string()) bad(p + ".role", p + ".role must be a string", "invalid_type");
+      if (!msg.contains("role") || !msg["role"].is_string())
+        bad(p + ".role", p + ".role must be a string", "invalid_type");
       const std::string role = msg["role"];
-      if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
-        bad(p + ".role", fmt::format("{}.role '{}' is not one of system, user, assistant, tool", p, role));
-      if (msg.contains("content") && !msg["content"].is_null() && !msg["content"].is_string() && !msg["content"].is_array())
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+          role != "developer")
+        bad(p + ".role",
+            fmt::format("{}.role '{}' is not one of system, user, assistant, tool", p, role));
+      if (msg.contains("content") && !msg["content"].is_null() && !msg["content"].is_string() &&
+          !msg["content"].is_array())
         bad(p + ".content", p + ".content must be a string or an array of parts", "invalid_type");
     }
     // content parts [{"type": "text", "text": ...}] are joined to a string
@@ -105,16 +123,23 @@ class Api {
       if (msg.contains("content") && msg["content"].is_array()) {
         std::string text;
         for (auto& part : msg["content"])
-          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
-          else bad("messages", "only text content parts are supported");
+          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+              part["text"].is_string())
+            text += part["text"].get<std::string>();
+          else
+            bad("messages", "only text content parts are supported");
         msg["content"] = text;
       }
       if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
       if (msg["role"] == "developer") msg["role"] = "system";
     }
     const Tokenizer& tk = *m.tokenizer;
-    if (tk.chat_template.empty()) bad("messages", "this model has no chat template; use the completions endpoint");
-    json vars = {{"messages", msgs}, {"add_generation_prompt", true}, {"bos_token", tk.bos_token}, {"eos_token", tk.eos_token}};
+    if (tk.chat_template.empty())
+      bad("messages", "this model has no chat template; use the completions endpoint");
+    json vars = {{"messages", msgs},
+                 {"add_generation_prompt", true},
+                 {"bos_token", tk.bos_token},
+                 {"eos_token", tk.eos_token}};
     if (!tools.is_null()) {
       if (!tools.is_array()) bad("tools", "'tools' must be an array", "invalid_type");
       vars["tools"] = tools;
@@ -132,9 +157,11 @@ class Api {
 
   void check_fits(const LoadedModel& m, size_t n_prompt, const char* param) {
     if (int64_t(n_prompt) >= n_ctx(m))
-      throw ApiError{400,
-                     fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens", n_ctx(m), n_prompt),
-                     "invalid_request_error", param, "context_length_exceeded"};
+      throw ApiError{
+          400,
+          fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens",
+                      n_ctx(m), n_prompt),
+          "invalid_request_error", param, "context_length_exceeded"};
   }
 
   // OpenAI sampling fields; defaults are OpenAI's (plain sampling at temperature 1).
@@ -148,16 +175,22 @@ class Api {
     s.presence_penalty = float(field<double>(b, "presence_penalty").value_or(0.0));
     s.frequency_penalty = float(field<double>(b, "frequency_penalty").value_or(0.0));
     s.repeat_last_n = 0;
-    if (auto seed = field<int64_t>(b, "seed")) s.seed = uint64_t(*seed);
-    else s.seed = std::random_device{}();
+    if (auto seed = field<int64_t>(b, "seed"))
+      s.seed = uint64_t(*seed);
+    else
+      s.seed = std::random_device{}();
     if (s.temperature > 2) bad("temperature", "temperature must be in [0, 2]");
-    if (s.presence_penalty < -2 || s.presence_penalty > 2) bad("presence_penalty", "presence_penalty must be in [-2, 2]");
-    if (s.frequency_penalty < -2 || s.frequency_penalty > 2) bad("frequency_penalty", "frequency_penalty must be in [-2, 2]");
+    if (s.presence_penalty < -2 || s.presence_penalty > 2)
+      bad("presence_penalty", "presence_penalty must be in [-2, 2]");
+    if (s.frequency_penalty < -2 || s.frequency_penalty > 2)
+      bad("frequency_penalty", "frequency_penalty must be in [-2, 2]");
     if (auto err = s.validate(); !err.empty()) bad(err.substr(0, err.find(' ')), err);
     auto mt = field<int64_t>(b, "max_completion_tokens");
     if (!mt) mt = field<int64_t>(b, "max_tokens");
     const int64_t room = n_ctx(m) - int64_t(n_prompt);
-    if (mt && (*mt < 1 || *mt > (1 << 24))) bad(b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", "max_tokens must be in [1, 16777216]");
+    if (mt && (*mt < 1 || *mt > (1 << 24)))
+      bad(b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+          "max_tokens must be in [1, 16777216]");
     r.max_tokens = int32_t(std::min<int64_t>(mt.value_or(room), room));
     r.stop = stops(b, "stop", 4);
   }
@@ -166,13 +199,17 @@ class Api {
     std::vector<std::string> out;
     if (!b.contains(key) || b[key].is_null()) return out;
     const json& s = b[key];
-    if (s.is_string()) out.push_back(s);
+    if (s.is_string())
+      out.push_back(s);
     else if (s.is_array()) {
       for (auto& x : s) {
-        if (!x.is_string()) bad(key, fmt::format("'{}' must be a string or an array of strings", key), "invalid_type");
+        if (!x.is_string())
+          bad(key, fmt::format("'{}' must be a string or an array of strings", key),
+              "invalid_type");
         out.push_back(x);
       }
-    } else bad(key, fmt::format("'{}' must be a string or an array of strings", key), "invalid_type");
+    } else
+      bad(key, fmt::format("'{}' must be a string or an array of strings", key), "invalid_type");
     if (out.size() > max_n) bad(key, fmt::format("'{}' takes at most {} strings", key, max_n));
     for (auto& x : out)
       if (x.empty()) bad(key, "stop strings must not be empty");
@@ -182,7 +219,8 @@ class Api {
   std::shared_ptr<Channel> start(std::shared_ptr<const LoadedModel> m, GenerateRequest r) {
     auto ch = std::make_shared<Channel>();
     if (!loop_.submit(std::move(m), std::move(r), ch))
-      throw ApiError{429, "the server is busy: too many requests in flight; retry later", "rate_limit_exceeded", "", "queue_full"};
+      throw ApiError{429, "the server is busy: too many requests in flight; retry later",
+                     "rate_limit_exceeded", "", "queue_full"};
     return ch;
   }
 
@@ -191,10 +229,12 @@ class Api {
     while (true) {
       auto e = ch->pop(std::chrono::milliseconds(1000));
       if (!e) {
-        if (!loop_.alive()) throw ApiError{503, "the engine stopped", "server_error", "", "engine_down"};
+        if (!loop_.alive())
+          throw ApiError{503, "the engine stopped", "server_error", "", "engine_down"};
         continue;
       }
-      if (!e->error.empty()) throw ApiError{400, e->error, "invalid_request_error", "", "generation_failed"};
+      if (!e->error.empty())
+        throw ApiError{400, e->error, "invalid_request_error", "", "generation_failed"};
       if (e->done) return *e->done;
     }
   }
@@ -211,7 +251,11 @@ void send_json(httplib::Response& res, int status, const json& j) {
 }
 
 json openai_error(const ApiError& e) {
-  return {{"error", {{"message", e.message}, {"type", e.type}, {"param", e.param.empty() ? json() : json(e.param)}, {"code", e.code.empty() ? json() : json(e.code)}}}};
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", e.param.empty() ? json() : json(e.param)},
+            {"code", e.code.empty() ? json() : json(e.code)}}}};
 }
 
 json parse_body(const httplib::Request& req) {
@@ -227,7 +271,8 @@ json parse_body(const httplib::Request& req) {
 // Streams events of n channels as `write(chunk)` calls until all are done;
 // returns false when the client went away (the requests are cancelled).
 template <typename OnText, typename OnDone>
-bool pump(Api& api, std::vector<std::shared_ptr<Channel>>& chans, httplib::DataSink& sink, OnText on_text, OnDone on_done) {
+bool pump(Api& api, std::vector<std::shared_ptr<Channel>>& chans, httplib::DataSink& sink,
+          OnText on_text, OnDone on_done) {
   std::vector<bool> done(chans.size(), false);
   size_t n_done = 0;
   while (n_done < chans.size()) {
@@ -239,7 +284,9 @@ bool pump(Api& api, std::vector<std::shared_ptr<Channel>>& chans, httplib::DataS
         return false;
       }
       if (!e) continue;
-      std::string out = e->error.empty() ? (e->done ? on_done(i, *e->done) : on_text(i, e->text)) : on_done(i, GenerateResult{.stop_reason = "error: " + e->error});
+      std::string out = e->error.empty()
+                            ? (e->done ? on_done(i, *e->done) : on_text(i, e->text))
+                            : on_done(i, GenerateResult{.stop_reason = "error: " + e->error});
       if (!out.empty() && !sink.write(out.data(), out.size())) {
         for (auto& c : chans) api.loop_.cancel(c);
         return false;
@@ -262,7 +309,8 @@ void register_openai(httplib::Server& svr, Api& api) {
       auto n = e.path().filename();
       names.insert(n.extension() == ".gguf" ? n.stem().string() : n.string());
     }
-    for (auto& n : names) data.push_back({{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "wick"}});
+    for (auto& n : names)
+      data.push_back({{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "wick"}});
     send_json(res, 200, {{"object", "list"}, {"data", data}});
   });
 
@@ -280,13 +328,17 @@ void register_openai(httplib::Server& svr, Api& api) {
           prompt = api.chat_prompt(*m, b["messages"], b.value("tools", json()), extra);
         } else {
           if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
-          if (b["prompt"].is_string()) prompt = m->tokenizer->encode(b["prompt"].get<std::string>(), {.add_special = true});
-          else if (b["prompt"].is_array() && !b["prompt"].empty() && b["prompt"][0].is_number_integer())
+          if (b["prompt"].is_string())
+            prompt = m->tokenizer->encode(b["prompt"].get<std::string>(), {.add_special = true});
+          else if (b["prompt"].is_array() && !b["prompt"].empty() &&
+                   b["prompt"][0].is_number_integer())
             prompt = b["prompt"].get<std::vector<int32_t>>();
-          else bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
+          else
+            bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
           if (prompt.empty()) bad("prompt", "'prompt' is empty");
           for (int32_t id : prompt)
-            if (id < 0 || id >= m->tokenizer->n_vocab()) bad("prompt", fmt::format("token id {} is outside the vocabulary", id));
+            if (id < 0 || id >= m->tokenizer->n_vocab())
+              bad("prompt", fmt::format("token id {} is outside the vocabulary", id));
         }
         api.check_fits(*m, prompt.size(), chat ? "messages" : "prompt");
         GenerateRequest base;
@@ -295,9 +347,12 @@ void register_openai(httplib::Server& svr, Api& api) {
         const int64_t n = field<int64_t>(b, "n").value_or(1);
         if (n < 1 || n > 8) bad("n", "'n' must be in [1, 8]");
         const bool stream = field<bool>(b, "stream").value_or(false);
-        const bool usage_in_stream = b.contains("stream_options") && b["stream_options"].is_object() &&
+        const bool usage_in_stream = b.contains("stream_options") &&
+                                     b["stream_options"].is_object() &&
                                      b["stream_options"].value("include_usage", false);
-        if (b.contains("logprobs") && !b["logprobs"].is_null() && (chat ? field<bool>(b, "logprobs").value_or(false) : field<int64_t>(b, "logprobs").value_or(0) > 0))
+        if (b.contains("logprobs") && !b["logprobs"].is_null() &&
+            (chat ? field<bool>(b, "logprobs").value_or(false)
+                  : field<int64_t>(b, "logprobs").value_or(0) > 0))
           bad("logprobs", "logprobs are not supported yet", "unsupported_parameter");
         std::vector<std::shared_ptr<Channel>> chans;
         for (int64_t i = 0; i < n; ++i) {
@@ -316,26 +371,53 @@ void register_openai(httplib::Server& svr, Api& api) {
             n_prompt = r.n_prompt;
             n_gen += int64_t(r.tokens.size());
             if (chat)
-              choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", r.text}}}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r.stop_reason)}});
+              choices.push_back({{"index", i},
+                                 {"message", {{"role", "assistant"}, {"content", r.text}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason(r.stop_reason)}});
             else
-              choices.push_back({{"index", i}, {"text", r.text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r.stop_reason)}});
+              choices.push_back({{"index", i},
+                                 {"text", r.text},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish_reason(r.stop_reason)}});
           }
-          send_json(res, 200, {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created}, {"model", model_id},
-                               {"choices", choices}, {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", n_gen}, {"total_tokens", n_prompt + n_gen}}}});
+          send_json(res, 200,
+                    {{"id", id},
+                     {"object", chat ? "chat.completion" : "text_completion"},
+                     {"created", created},
+                     {"model", model_id},
+                     {"choices", choices},
+                     {"usage",
+                      {{"prompt_tokens", n_prompt},
+                       {"completion_tokens", n_gen},
+                       {"total_tokens", n_prompt + n_gen}}}});
           api.metrics_.count_request(endpoint, 200);
           return;
         }
         api.metrics_.count_request(endpoint, 200);
-        auto chunk = [id, created, model_id, chat](size_t i, const json& delta_or_text, const json& finish) {
-          json c = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model_id}};
-          if (chat) c["choices"] = json::array({{{"index", i}, {"delta", delta_or_text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
-          else c["choices"] = json::array({{{"index", i}, {"text", delta_or_text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+        auto chunk = [id, created, model_id, chat](size_t i, const json& delta_or_text,
+                                                   const json& finish) {
+          json c = {{"id", id},
+                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created},
+                    {"model", model_id}};
+          if (chat)
+            c["choices"] = json::array({{{"index", i},
+                                         {"delta", delta_or_text},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", finish}}});
+          else
+            c["choices"] = json::array({{{"index", i},
+                                         {"text", delta_or_text},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", finish}}});
           return "data: " + c.dump() + "\n\n";
         };
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [&api, chans, chunk, chat, usage_in_stream, id, created, model_id](size_t, httplib::DataSink& sink) mutable {
+            [&api, chans, chunk, chat, usage_in_stream, id, created, model_id](
+                size_t, httplib::DataSink& sink) mutable {
               std::vector<bool> started(chans.size(), false);
               int64_t n_prompt = 0, n_gen = 0;
               auto on_text = [&](size_t i, const std::string& t) {
@@ -350,16 +432,35 @@ void register_openai(httplib::Server& svr, Api& api) {
                 n_prompt = r.n_prompt;
                 n_gen += int64_t(r.tokens.size());
                 std::string out;
-                if (chat && !started[i]) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
+                if (chat && !started[i])
+                  out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
                 if (r.stop_reason.rfind("error", 0) == 0)
-                  return out + "data: " + json{{"error", {{"message", r.stop_reason}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}}.dump() + "\n\n";
-                return out + chunk(i, chat ? json::object() : json(""), finish_reason(r.stop_reason));
+                  return out + "data: " +
+                         json{{"error",
+                               {{"message", r.stop_reason},
+                                {"type", "server_error"},
+                                {"param", nullptr},
+                                {"code", nullptr}}}}
+                             .dump() +
+                         "\n\n";
+                return out +
+                       chunk(i, chat ? json::object() : json(""), finish_reason(r.stop_reason));
               };
               if (!pump(api, chans, sink, on_text, on_done)) return false;
               std::string tail;
               if (usage_in_stream)
-                tail += "data: " + json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created}, {"model", model_id},
-                                        {"choices", json::array()}, {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", n_gen}, {"total_tokens", n_prompt + n_gen}}}}.dump() + "\n\n";
+                tail += "data: " +
+                        json{{"id", id},
+                             {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                             {"created", created},
+                             {"model", model_id},
+                             {"choices", json::array()},
+                             {"usage",
+                              {{"prompt_tokens", n_prompt},
+                               {"completion_tokens", n_gen},
+                               {"total_tokens", n_prompt + n_gen}}}}
+                            .dump() +
+                        "\n\n";
               tail += "data: [DONE]\n\n";
               sink.write(tail.data(), tail.size());
               sink.done();
@@ -380,7 +481,8 @@ void register_openai(httplib::Server& svr, Api& api) {
 }
 
 // Ollama options -> sampling; defaults are Ollama's.
-void ollama_options(const json& b, GenerateRequest& r, Api& api, const LoadedModel& m, size_t n_prompt) {
+void ollama_options(const json& b, GenerateRequest& r, Api& api, const LoadedModel& m,
+                    size_t n_prompt) {
   json o = b.value("options", json::object());
   if (!o.is_object()) bad("options", "'options' must be an object", "invalid_type");
   SamplingParams& s = r.sampling;
@@ -392,30 +494,48 @@ void ollama_options(const json& b, GenerateRequest& r, Api& api, const LoadedMod
   s.repeat_last_n = int32_t(field<int64_t>(o, "repeat_last_n").value_or(64));
   s.presence_penalty = float(field<double>(o, "presence_penalty").value_or(0.0));
   s.frequency_penalty = float(field<double>(o, "frequency_penalty").value_or(0.0));
-  if (auto seed = field<int64_t>(o, "seed")) s.seed = uint64_t(*seed);
-  else s.seed = std::random_device{}();
+  if (auto seed = field<int64_t>(o, "seed"))
+    s.seed = uint64_t(*seed);
+  else
+    s.seed = std::random_device{}();
   if (s.repeat_last_n == -1) s.repeat_last_n = 0;
   if (auto err = s.validate(); !err.empty()) bad("options." + err.substr(0, err.find(' ')), err);
   const int64_t num_ctx = field<int64_t>(o, "num_ctx").value_or(api.n_ctx(m));
   if (num_ctx < 1) bad("options.num_ctx", "num_ctx must be positive");
   const int64_t ctx = std::min<int64_t>(num_ctx, api.n_ctx(m));
   if (int64_t(n_prompt) >= ctx)
-    throw ApiError{400, fmt::format("the prompt has {} tokens but the context holds {}", n_prompt, ctx), "invalid_request_error", "options.num_ctx", "context_length_exceeded"};
+    throw ApiError{400,
+                   fmt::format("the prompt has {} tokens but the context holds {}", n_prompt, ctx),
+                   "invalid_request_error", "options.num_ctx", "context_length_exceeded"};
   const int64_t np = field<int64_t>(o, "num_predict").value_or(-1);
-  if (np < -2 || np == 0 || np > (1 << 24)) bad("options.num_predict", "num_predict must be -1 (no limit) or in [1, 16777216]");
-  r.max_tokens = int32_t(np < 0 ? ctx - int64_t(n_prompt) : std::min<int64_t>(np, ctx - int64_t(n_prompt)));
+  if (np < -2 || np == 0 || np > (1 << 24))
+    bad("options.num_predict", "num_predict must be -1 (no limit) or in [1, 16777216]");
+  r.max_tokens =
+      int32_t(np < 0 ? ctx - int64_t(n_prompt) : std::min<int64_t>(np, ctx - int64_t(n_prompt)));
   r.stop = Api::stops(o, "stop", 16);
 }
 
 void register_ollama(httplib::Server& svr, Api& api) {
-  svr.Get("/api/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", "0.1.0"}}); });
+  svr.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"version", "0.1.0"}});
+  });
   auto model_entry = [&api](const std::string& name) {
-    json e = {{"name", name + ":latest"}, {"model", name + ":latest"}, {"modified_at", iso_now()}, {"size", 0}, {"digest", ""},
-              {"details", {{"format", "gguf"}, {"family", ""}, {"families", json::array()}, {"parameter_size", ""}, {"quantization_level", ""}}}};
+    json e = {{"name", name + ":latest"},
+              {"model", name + ":latest"},
+              {"modified_at", iso_now()},
+              {"size", 0},
+              {"digest", ""},
+              {"details",
+               {{"format", "gguf"},
+                {"family", ""},
+                {"families", json::array()},
+                {"parameter_size", ""},
+                {"quantization_level", ""}}}};
     try {
       std::string path = resolve_model(name);
       std::error_code ec;
-      if (!std::filesystem::is_directory(path)) e["size"] = int64_t(std::filesystem::file_size(path, ec));
+      if (!std::filesystem::is_directory(path))
+        e["size"] = int64_t(std::filesystem::file_size(path, ec));
     } catch (...) {
     }
     return e;
@@ -439,12 +559,22 @@ void register_ollama(httplib::Server& svr, Api& api) {
       const auto& c = m->model->config;
       std::string types;
       for (auto& [t, n] : m->model->n_params_by_dtype) types += (types.empty() ? "" : ",") + t;
-      send_json(res, 200, {{"modelfile", ""}, {"parameters", ""}, {"template", m->tokenizer->chat_template},
-                           {"details", {{"format", m->model->format == ModelFormat::Gguf ? "gguf" : "safetensors"}, {"family", arch_name(c.arch)},
-                                        {"families", json::array({arch_name(c.arch)})}, {"parameter_size", fmt::format("{:.1f}M", double(m->model->n_params) / 1e6)},
-                                        {"quantization_level", types}}},
-                           {"model_info", {{"general.architecture", arch_name(c.arch)}, {"general.parameter_count", m->model->n_params},
-                                           {"context_length", c.n_ctx_train}, {"embedding_length", c.n_embd}, {"block_count", c.n_layer}}}});
+      send_json(res, 200,
+                {{"modelfile", ""},
+                 {"parameters", ""},
+                 {"template", m->tokenizer->chat_template},
+                 {"details",
+                  {{"format", m->model->format == ModelFormat::Gguf ? "gguf" : "safetensors"},
+                   {"family", arch_name(c.arch)},
+                   {"families", json::array({arch_name(c.arch)})},
+                   {"parameter_size", fmt::format("{:.1f}M", double(m->model->n_params) / 1e6)},
+                   {"quantization_level", types}}},
+                 {"model_info",
+                  {{"general.architecture", arch_name(c.arch)},
+                   {"general.parameter_count", m->model->n_params},
+                   {"context_length", c.n_ctx_train},
+                   {"embedding_length", c.n_embd},
+                   {"block_count", c.n_layer}}}});
     } catch (const ApiError& e) {
       send_json(res, e.status, {{"error", e.message}});
     }
@@ -468,7 +598,8 @@ void register_ollama(httplib::Server& svr, Api& api) {
             prompt = m->tokenizer->encode(p, {.add_special = true});
           } else {
             json msgs = json::array();
-            if (auto sys = field<std::string>(b, "system")) msgs.push_back({{"role", "system"}, {"content", *sys}});
+            if (auto sys = field<std::string>(b, "system"))
+              msgs.push_back({{"role", "system"}, {"content", *sys}});
             msgs.push_back({{"role", "user"}, {"content", p}});
             prompt = api.chat_prompt(*m, msgs, json(), json());
           }
@@ -481,10 +612,13 @@ void register_ollama(httplib::Server& svr, Api& api) {
         auto ch = api.start(m, r);
         auto ns = [](double ms) { return int64_t(ms * 1e6); };
         auto final_obj = [=](const GenerateResult& g) {
-          const double total_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+          const double total_ms =
+              std::chrono::duration<double, std::milli>(clk::now() - t0).count();
           json o = {{"model", *name}, {"created_at", iso_now()}};
-          if (chat) o["message"] = {{"role", "assistant"}, {"content", ""}};
-          else o["response"] = "";
+          if (chat)
+            o["message"] = {{"role", "assistant"}, {"content", ""}};
+          else
+            o["response"] = "";
           o["done"] = true;
           o["done_reason"] = finish_reason(g.stop_reason);
           o["total_duration"] = ns(total_ms);
@@ -498,8 +632,10 @@ void register_ollama(httplib::Server& svr, Api& api) {
         if (!stream) {
           auto g = api.wait(ch);
           json o = final_obj(g);
-          if (chat) o["message"]["content"] = g.text;
-          else o["response"] = g.text;
+          if (chat)
+            o["message"]["content"] = g.text;
+          else
+            o["response"] = g.text;
           send_json(res, 200, o);
           api.metrics_.count_request(endpoint, 200);
           return;
@@ -512,13 +648,16 @@ void register_ollama(httplib::Server& svr, Api& api) {
               std::vector<std::shared_ptr<Channel>> chans{ch};
               auto on_text = [&](size_t, const std::string& t) {
                 json o = {{"model", model_name}, {"created_at", iso_now()}};
-                if (chat) o["message"] = {{"role", "assistant"}, {"content", t}};
-                else o["response"] = t;
+                if (chat)
+                  o["message"] = {{"role", "assistant"}, {"content", t}};
+                else
+                  o["response"] = t;
                 o["done"] = false;
                 return o.dump() + "\n";
               };
               auto on_done = [&](size_t, const GenerateResult& g) {
-                if (g.stop_reason.rfind("error", 0) == 0) return json{{"error", g.stop_reason}}.dump() + "\n";
+                if (g.stop_reason.rfind("error", 0) == 0)
+                  return json{{"error", g.stop_reason}}.dump() + "\n";
                 return final_obj(g).dump() + "\n";
               };
               if (!pump(api, chans, sink, on_text, on_done)) return false;
@@ -555,28 +694,37 @@ int serve(const ServerConfig& cfg) {
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
   svr.set_pre_routing_handler([&cfg](const httplib::Request& req, httplib::Response& res) {
-    if (cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + cfg.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    send_json(res, 401, openai_error(ApiError{401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error", "", "invalid_api_key"}));
+    if (cfg.api_key.empty() || req.path == "/health")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + cfg.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_json(res, 401,
+              openai_error(ApiError{401, "missing or wrong API key (Authorization: Bearer ...)",
+                                    "authentication_error", "", "invalid_api_key"}));
     return httplib::Server::HandlerResponse::Handled;
   });
-  svr.set_exception_handler([&api](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg = e.what();
-    } catch (...) {
-    }
-    spdlog::error("{} {}: {}", req.method, req.path, msg);
-    api.metrics_.count_request(req.path, 500);
-    send_json(res, 500, openai_error(ApiError{500, msg, "server_error", "", "internal_error"}));
-  });
+  svr.set_exception_handler(
+      [&api](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string msg = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          msg = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: {}", req.method, req.path, msg);
+        api.metrics_.count_request(req.path, 500);
+        send_json(res, 500, openai_error(ApiError{500, msg, "server_error", "", "internal_error"}));
+      });
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404 && res.body.empty())
-      send_json(res, 404, openai_error(ApiError{404, "no such endpoint: " + req.method + " " + req.path, "invalid_request_error", "", "not_found"}));
+      send_json(res, 404,
+                openai_error(ApiError{404, "no such endpoint: " + req.method + " " + req.path,
+                                      "invalid_request_error", "", "not_found"}));
     else if (res.status == 413)
-      send_json(res, 413, openai_error(ApiError{413, "the request body is too large", "invalid_request_error", "", "payload_too_large"}));
+      send_json(res, 413,
+                openai_error(ApiError{413, "the request body is too large", "invalid_request_error",
+                                      "", "payload_too_large"}));
   });
   svr.Get("/health", [&api](const httplib::Request&, httplib::Response& res) {
     const bool ok = api.loop_.alive() && ModelPool::global().n_loaded() > 0;

@@ -11,10 +11,10 @@ namespace wick::server {
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;            // non-empty: every API call needs "Authorization: Bearer KEY"
+  std::string api_key;  // non-empty: every API call needs "Authorization: Bearer KEY"
   std::string default_model = "smollm2";
   size_t max_body_bytes = 8u << 20;
-  size_t max_queue = 256;         // requests in flight before 429
+  size_t max_queue = 256;  // requests in flight before 429
   int n_http_threads = 128;
   EngineConfig engine;
 };

@@ -21,7 +21,8 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
     cum += counts_[i];
     out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cum);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, n_, name, sum_, name, n_);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, n_, name, sum_,
+                     name, n_);
   return out;
 }
 
@@ -36,26 +37,41 @@ void Metrics::add_tokens(uint64_t prompt, uint64_t generated) {
 }
 
 std::string Metrics::render(const EngineGauges& g) const {
-  std::string out = "# HELP wick_requests_total HTTP requests by endpoint and status.\n# TYPE wick_requests_total counter\n";
+  std::string out =
+      "# HELP wick_requests_total HTTP requests by endpoint and status.\n# TYPE "
+      "wick_requests_total counter\n";
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [k, n] : requests_) out += fmt::format("wick_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", k.first, k.second, n);
+    for (auto& [k, n] : requests_)
+      out += fmt::format("wick_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", k.first,
+                         k.second, n);
   }
-  out += ttft.render("wick_time_to_first_token_seconds", "Time from request arrival to its first token.");
-  out += inter_token.render("wick_inter_token_latency_seconds", "Time between consecutive streamed tokens.");
+  out += ttft.render("wick_time_to_first_token_seconds",
+                     "Time from request arrival to its first token.");
+  out += inter_token.render("wick_inter_token_latency_seconds",
+                            "Time between consecutive streamed tokens.");
   out += fmt::format(
-      "# HELP wick_prompt_tokens_total Prompt tokens of finished requests.\n# TYPE wick_prompt_tokens_total counter\n"
+      "# HELP wick_prompt_tokens_total Prompt tokens of finished requests.\n# TYPE "
+      "wick_prompt_tokens_total counter\n"
       "wick_prompt_tokens_total {}\n"
-      "# HELP wick_generated_tokens_total Generated tokens of finished requests.\n# TYPE wick_generated_tokens_total counter\n"
+      "# HELP wick_generated_tokens_total Generated tokens of finished requests.\n# TYPE "
+      "wick_generated_tokens_total counter\n"
       "wick_generated_tokens_total {}\n"
-      "# HELP wick_running_sequences Sequences being computed.\n# TYPE wick_running_sequences gauge\nwick_running_sequences {}\n"
-      "# HELP wick_waiting_sequences Sequences queued.\n# TYPE wick_waiting_sequences gauge\nwick_waiting_sequences {}\n"
-      "# HELP wick_kv_blocks_used KV blocks referenced by sequences.\n# TYPE wick_kv_blocks_used gauge\nwick_kv_blocks_used {}\n"
-      "# HELP wick_kv_blocks_free KV blocks free (cached ones included).\n# TYPE wick_kv_blocks_free gauge\nwick_kv_blocks_free {}\n"
-      "# HELP wick_prefix_cache_hit_rate Prompt tokens served from the prefix cache, over all prompt tokens.\n"
+      "# HELP wick_running_sequences Sequences being computed.\n# TYPE wick_running_sequences "
+      "gauge\nwick_running_sequences {}\n"
+      "# HELP wick_waiting_sequences Sequences queued.\n# TYPE wick_waiting_sequences "
+      "gauge\nwick_waiting_sequences {}\n"
+      "# HELP wick_kv_blocks_used KV blocks referenced by sequences.\n# TYPE wick_kv_blocks_used "
+      "gauge\nwick_kv_blocks_used {}\n"
+      "# HELP wick_kv_blocks_free KV blocks free (cached ones included).\n# TYPE "
+      "wick_kv_blocks_free gauge\nwick_kv_blocks_free {}\n"
+      "# HELP wick_prefix_cache_hit_rate Prompt tokens served from the prefix cache, over all "
+      "prompt tokens.\n"
       "# TYPE wick_prefix_cache_hit_rate gauge\nwick_prefix_cache_hit_rate {}\n"
-      "# HELP wick_preemptions_total Sequences preempted for KV blocks.\n# TYPE wick_preemptions_total counter\nwick_preemptions_total {}\n",
-      prompt_tokens_.load(), generated_tokens_.load(), g.running, g.waiting, g.blocks_used, g.blocks_free, g.hit_rate, g.preemptions);
+      "# HELP wick_preemptions_total Sequences preempted for KV blocks.\n# TYPE "
+      "wick_preemptions_total counter\nwick_preemptions_total {}\n",
+      prompt_tokens_.load(), generated_tokens_.load(), g.running, g.waiting, g.blocks_used,
+      g.blocks_free, g.hit_rate, g.preemptions);
   return out;
 }
 

@@ -12,7 +12,8 @@ namespace wick::server {
 
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
   void observe(double v);
   std::string render(const std::string& name, const std::string& help) const;
 
