@@ -58,7 +58,7 @@ struct Engine::Sequence {
   uint64_t last_hash = 0;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StreamDecoder> detok;
-  std::string pending;  // text held back for stop strings
+  std::unique_ptr<StopFilter> stops;
   GenerateResult result;
   clk::time_point arrival, first_token;
   bool got_first = false;
@@ -77,30 +77,22 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg
 Engine::~Engine() = default;
 
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
-  if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
-  if (req.max_tokens < 0)
-    throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
-  if (req.prompt.empty()) throw GenerateError("the prompt is empty");
-  const int32_t n_vocab = int32_t(model_->model->config.n_vocab);
-  for (int32_t id : req.prompt)
-    if (id < 0 || id >= n_vocab)
-      throw GenerateError(
-          fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
+  validate_request(req, int32_t(model_->model->config.n_vocab));
   if (int32_t(req.prompt.size()) >= cfg_.n_ctx)
     throw GenerateError(fmt::format("the prompt has {} tokens but the context holds {}",
                                     req.prompt.size(), cfg_.n_ctx));
-  const int32_t max_blocks = (cfg_.n_ctx + cfg_.block_size - 1) / cfg_.block_size;
-  if (int32_t(req.prompt.size()) / cfg_.block_size + 1 > pool_.n_blocks() ||
-      max_blocks > pool_.n_blocks() * 4 + 1000000)
+  const int32_t need = int32_t(req.prompt.size()) / cfg_.block_size + 1;
+  if (need > pool_.n_blocks())
     throw GenerateError(
-        fmt::format("the prompt needs more KV blocks than the cache has ({})", pool_.n_blocks()));
+        fmt::format("the prompt needs {} KV blocks but the cache has {}", need, pool_.n_blocks()));
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
   s->cb = std::move(cb);
   s->tokens = req.prompt;
   s->n_prompt = int32_t(req.prompt.size());
-  s->sampler = std::make_unique<Sampler>(req.sampling, n_vocab);
+  s->sampler = std::make_unique<Sampler>(req.sampling, int32_t(model_->model->config.n_vocab));
+  s->stops = std::make_unique<StopFilter>(s->req.stop);
   if (model_->tokenizer) s->detok = std::make_unique<StreamDecoder>(*model_->tokenizer, true);
   s->result.n_prompt = s->n_prompt;
   s->arrival = clk::now();
@@ -195,41 +187,28 @@ bool Engine::on_token(Sequence& s, int32_t id) {
   }
   s.tokens.push_back(id);
   s.result.tokens.push_back(id);
-  auto emit = [&](const std::string& t) {
-    s.result.text += t;
-    return !s.cb.on_text || t.empty() || s.cb.on_text(t);
-  };
-  if (!s.req.ignore_eos && model_->is_eog(id)) {
-    if (s.detok) emit(s.pending + s.detok->finish());
-    s.result.stop_reason = "eos";
-    return false;
-  }
-  if (s.detok) {
-    s.pending += s.detok->push(id);
-    for (const auto& st : s.req.stop)
-      if (auto p = s.pending.find(st); !st.empty() && p != std::string::npos) {
-        emit(s.pending.substr(0, p));
-        s.result.stop_reason = "stop";
-        return false;
-      }
-    size_t hold = 0;
-    for (const auto& st : s.req.stop)
-      for (size_t n = std::min(s.pending.size(), st.size() - 1); n > hold; --n)
-        if (s.pending.compare(s.pending.size() - n, n, st, 0, n) == 0) {
-          hold = n;
-          break;
-        }
-    std::string out = s.pending.substr(0, s.pending.size() - hold);
-    s.pending.erase(0, s.pending.size() - hold);
-    if (!emit(out)) {
+  // Passes text through the stop filter; false when the sequence must end.
+  auto feed = [&](const std::string& delta, bool final) {
+    std::string out;
+    const bool stopped = s.stops->feed(delta, final, out);
+    s.result.text += out;
+    if (s.cb.on_text && !out.empty() && !s.cb.on_text(out)) {
       s.result.stop_reason = "cancelled";
       return false;
     }
+    if (stopped) s.result.stop_reason = "stop";
+    return !stopped;
+  };
+  if (!s.req.ignore_eos && model_->is_eog(id)) {
+    if (s.detok) feed(s.detok->finish(), true);
+    if (s.result.stop_reason.empty()) s.result.stop_reason = "eos";
+    return false;
   }
+  if (s.detok && !feed(s.detok->push(id), false)) return false;
   const bool at_max = int32_t(s.result.tokens.size()) >= s.req.max_tokens;
   const bool at_ctx = int32_t(s.tokens.size()) >= cfg_.n_ctx;
   if (at_max || at_ctx) {
-    if (s.detok) emit(s.pending + s.detok->finish());
+    if (s.detok && !feed(s.detok->finish(), true)) return false;
     s.result.stop_reason = at_max ? "length" : "context";
     return false;
   }

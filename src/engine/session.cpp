@@ -15,18 +15,44 @@ double secs(clk::time_point a, clk::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Length of the longest suffix of s that is a proper prefix of some stop string.
-size_t held_back(const std::string& s, const std::vector<std::string>& stops) {
-  size_t keep = 0;
-  for (const auto& st : stops)
-    for (size_t n = std::min(s.size(), st.size() - 1); n > keep; --n)
-      if (s.compare(s.size() - n, n, st, 0, n) == 0) {
-        keep = n;
-        break;
-      }
-  return keep;
-}
 }  // namespace
+
+void validate_request(const GenerateRequest& req, int32_t n_vocab) {
+  if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
+  if (req.max_tokens < 0)
+    throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
+  if (req.prefill_chunk < 0)
+    throw GenerateError(fmt::format("prefill chunk must be >= 0 (got {})", req.prefill_chunk));
+  if (req.prompt.empty()) throw GenerateError("the prompt is empty");
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= n_vocab)
+      throw GenerateError(
+          fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
+  for (const auto& st : req.stop)
+    if (st.empty()) throw GenerateError("stop strings must not be empty");
+}
+
+bool StopFilter::feed(const std::string& delta, bool final, std::string& out) {
+  pending_ += delta;
+  for (const auto& st : stops_)
+    if (auto p = pending_.find(st); p != std::string::npos) {
+      out = pending_.substr(0, p);
+      pending_.clear();
+      return true;
+    }
+  // hold back the longest suffix that is a proper prefix of a stop string
+  size_t hold = 0;
+  if (!final)
+    for (const auto& st : stops_)
+      for (size_t n = std::min(pending_.size(), st.size() - 1); n > hold; --n)
+        if (pending_.compare(pending_.size() - n, n, st, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+  out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return false;
+}
 
 Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx)
     : model_(std::move(model)),
@@ -50,17 +76,8 @@ void Session::run(const int32_t* ids, int32_t n, bool want_logits) {
 
 GenerateResult Session::generate(const GenerateRequest& req,
                                  const std::function<bool(std::string_view)>& on_text) {
-  if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
-  if (req.max_tokens < 0)
-    throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
-  if (req.prefill_chunk < 0)
-    throw GenerateError(fmt::format("prefill chunk must be >= 0 (got {})", req.prefill_chunk));
-  if (req.prompt.empty()) throw GenerateError("the prompt is empty");
   const int32_t n_vocab = int32_t(model_->model->config.n_vocab);
-  for (int32_t id : req.prompt)
-    if (id < 0 || id >= n_vocab)
-      throw GenerateError(
-          fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
+  validate_request(req, n_vocab);
   std::vector<int32_t> prompt = req.prompt;
   if (int32_t(prompt.size()) >= n_ctx_) {
     if (!req.truncate)
@@ -96,29 +113,18 @@ GenerateResult Session::generate(const GenerateRequest& req,
   history.reserve(prompt.size() + size_t(req.max_tokens) + 1);
   std::unique_ptr<StreamDecoder> detok;
   if (model_->tokenizer) detok = std::make_unique<StreamDecoder>(*model_->tokenizer, true);
-  std::string pending;  // decoded text not yet passed on (may start a stop string)
-  auto emit = [&](const std::string& s) {
-    res.text += s;
-    return !on_text || s.empty() || on_text(s);
-  };
-  // Returns false when generation must end (a stop string or a cancel).
-  auto feed_text = [&](std::string delta, bool final) {
-    pending += delta;
-    for (const auto& st : req.stop)
-      if (auto p = pending.find(st); !st.empty() && p != std::string::npos) {
-        emit(pending.substr(0, p));
-        pending.clear();
-        res.stop_reason = "stop";
-        return false;
-      }
-    const size_t hold = final ? 0 : held_back(pending, req.stop);
-    std::string out = pending.substr(0, pending.size() - hold);
-    pending.erase(0, pending.size() - hold);
-    if (!emit(out)) {
+  StopFilter stops(req.stop);
+  // Passes text on; false when generation must end (a stop string or a cancel).
+  auto feed_text = [&](const std::string& delta, bool final) {
+    std::string out;
+    const bool stopped = stops.feed(delta, final, out);
+    res.text += out;
+    if (on_text && !out.empty() && !on_text(out)) {
       res.stop_reason = "cancelled";
       return false;
     }
-    return true;
+    if (stopped) res.stop_reason = "stop";
+    return !stopped;
   };
 
   clk::time_point t_first{};

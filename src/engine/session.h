@@ -45,6 +45,23 @@ struct GenerateError : std::runtime_error {  // bad request (too long, bad param
   using std::runtime_error::runtime_error;
 };
 
+// Throws GenerateError naming what is wrong: sampling values, limits, token ids.
+void validate_request(const GenerateRequest& req, int32_t n_vocab);
+
+// Passes generated text through the stop strings: holds back what could be
+// the start of one, and cuts the text where one appears.
+class StopFilter {
+ public:
+  explicit StopFilter(const std::vector<std::string>& stops) : stops_(stops) {}
+  // Appends delta; sets `out` to the text that can be passed on. Returns true
+  // when a stop string appeared (out ends before it). final flushes all.
+  bool feed(const std::string& delta, bool final, std::string& out);
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string pending_;
+};
+
 class Session {
  public:
   // n_ctx: tokens the session can hold (at most the model's training context).
