@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <numeric>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -297,7 +299,32 @@ bool Engine::step() {
     std::span<float> row(logits_.data() + r * V, V);
     if (s.req.keep_first_logits && !s.got_first)
       s.result.first_logits.assign(row.begin(), row.end());
+    // log-probabilities of the model's distribution, before penalties and filters
+    float lse = 0;
+    std::vector<std::pair<int32_t, float>> top;
+    if (s.req.top_logprobs >= 0) {
+      const float mx = *std::max_element(row.begin(), row.end());
+      double sum = 0;
+      for (float x : row) sum += std::exp(double(x - mx));
+      lse = mx + float(std::log(sum));
+      const size_t k = std::min<size_t>(size_t(s.req.top_logprobs), V);
+      order_.resize(V);
+      std::iota(order_.begin(), order_.end(), 0);
+      std::partial_sort(
+          order_.begin(), order_.begin() + long(k), order_.end(), [&](int32_t a, int32_t b) {
+            return row[size_t(a)] != row[size_t(b)] ? row[size_t(a)] > row[size_t(b)] : a < b;
+          });
+      for (size_t j = 0; j < k; ++j) top.emplace_back(order_[j], row[size_t(order_[j])] - lse);
+    }
+    std::vector<float> raw;
+    if (s.req.top_logprobs >= 0 &&
+        (s.req.sampling.repeat_penalty != 1 || s.req.sampling.presence_penalty != 0 ||
+         s.req.sampling.frequency_penalty != 0))
+      raw.assign(row.begin(), row.end());  // the penalties change row in place
     const int32_t id = s.sampler->sample(row, s.tokens);
+    if (s.req.top_logprobs >= 0)
+      s.result.logprobs.push_back(
+          {id, (raw.empty() ? row[size_t(id)] : raw[size_t(id)]) - lse, std::move(top)});
     if (!on_token(s, id)) done.push_back(s.id);
   }
   for (int64_t id : done)

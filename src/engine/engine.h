@@ -76,6 +76,7 @@ class Engine {
   ForwardScratch scratch_;
   Batch batch_;
   std::vector<float> logits_;
+  std::vector<int32_t> order_;  // scratch for top log-probabilities
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t next_id_ = 1;

@@ -28,6 +28,14 @@ struct GenerateRequest {
   int32_t prefill_chunk = 512;     // 0 = the whole prompt in one pass
   bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
   bool keep_first_logits = false;  // return the logits the first token was sampled from
+  int32_t top_logprobs =
+      -1;  // engine only: -1 off, else log-probabilities of each chosen token and the top N
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;                           // of the chosen token, before sampling filters
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens, best first
 };
 
 struct GenerateResult {
@@ -38,7 +46,8 @@ struct GenerateResult {
   int32_t n_reused = 0;         // prompt tokens whose K/V came from the cache
   int32_t n_prefilled = 0;      // prompt tokens computed
   double ttft_ms = 0, prefill_tok_s = 0, decode_tok_s = 0;
-  std::vector<float> first_logits;  // with keep_first_logits
+  std::vector<float> first_logits;     // with keep_first_logits
+  std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0, one per generated token
 };
 
 struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)

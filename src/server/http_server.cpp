@@ -300,6 +300,45 @@ bool pump(Api& api, std::vector<std::shared_ptr<Channel>>& chans, httplib::DataS
   return true;
 }
 
+// OpenAI's logprobs objects: chat {"content": [{token, logprob, bytes,
+// top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs, text_offset}.
+json logprobs_json(const Tokenizer& tk, const GenerateResult& r, bool chat) {
+  auto text_of = [&](int32_t id) { return tk.decode(std::vector<int32_t>{id}, false); };
+  auto bytes_of = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t) b.push_back(int(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (auto& t : r.logprobs) {
+      json top = json::array();
+      for (auto& [id, lp] : t.top) {
+        const std::string s = text_of(id);
+        top.push_back({{"token", s}, {"logprob", lp}, {"bytes", bytes_of(s)}});
+      }
+      const std::string s = text_of(t.id);
+      content.push_back(
+          {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t off = 0;
+  for (auto& t : r.logprobs) {
+    const std::string s = text_of(t.id);
+    tokens.push_back(s);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (auto& [id, lp] : t.top) top[text_of(id)] = lp;
+    tops.push_back(top);
+    offs.push_back(off);
+    off += s.size();
+  }
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
 void register_openai(httplib::Server& svr, Api& api) {
   svr.Get("/v1/models", [&api](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
@@ -350,10 +389,22 @@ void register_openai(httplib::Server& svr, Api& api) {
         const bool usage_in_stream = b.contains("stream_options") &&
                                      b["stream_options"].is_object() &&
                                      b["stream_options"].value("include_usage", false);
-        if (b.contains("logprobs") && !b["logprobs"].is_null() &&
-            (chat ? field<bool>(b, "logprobs").value_or(false)
-                  : field<int64_t>(b, "logprobs").value_or(0) > 0))
-          bad("logprobs", "logprobs are not supported yet", "unsupported_parameter");
+        // logprobs: chat takes a boolean and top_logprobs (0-20); completions an integer (0-5)
+        int32_t n_top = -1;
+        if (chat) {
+          const auto tl = field<int64_t>(b, "top_logprobs");
+          if (tl && (*tl < 0 || *tl > 20)) bad("top_logprobs", "top_logprobs must be in [0, 20]");
+          if (field<bool>(b, "logprobs").value_or(false))
+            n_top = int32_t(tl.value_or(0));
+          else if (tl)
+            bad("top_logprobs", "top_logprobs needs logprobs: true");
+        } else if (auto lp = field<int64_t>(b, "logprobs")) {
+          if (*lp < 0 || *lp > 5) bad("logprobs", "logprobs must be in [0, 5]");
+          n_top = int32_t(*lp);
+        }
+        if (n_top >= 0 && stream)
+          bad("logprobs", "logprobs with stream are not supported yet", "unsupported_parameter");
+        base.top_logprobs = n_top;
         std::vector<std::shared_ptr<Channel>> chans;
         for (int64_t i = 0; i < n; ++i) {
           GenerateRequest r = base;
@@ -370,15 +421,16 @@ void register_openai(httplib::Server& svr, Api& api) {
             auto r = api.wait(chans[i]);
             n_prompt = r.n_prompt;
             n_gen += int64_t(r.tokens.size());
+            const json lp = base.top_logprobs >= 0 ? logprobs_json(*m->tokenizer, r, chat) : json();
             if (chat)
               choices.push_back({{"index", i},
                                  {"message", {{"role", "assistant"}, {"content", r.text}}},
-                                 {"logprobs", nullptr},
+                                 {"logprobs", lp},
                                  {"finish_reason", finish_reason(r.stop_reason)}});
             else
               choices.push_back({{"index", i},
                                  {"text", r.text},
-                                 {"logprobs", nullptr},
+                                 {"logprobs", lp},
                                  {"finish_reason", finish_reason(r.stop_reason)}});
           }
           send_json(res, 200,

@@ -102,3 +102,21 @@ def test_eight_concurrent_greedy_requests_equal_sequential(server, model_name):
     with cf.ThreadPoolExecutor(8) as ex:
         together = list(ex.map(ask, questions, lengths))
     assert together == alone
+
+
+def test_openai_logprobs(server, model_name):
+    import math
+    client = oa(server)
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": QUESTION}],
+                                       temperature=0, max_tokens=10, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for t in content:
+        assert t.logprob <= 0
+        assert len(t.top_logprobs) == 3
+        lps = [x.logprob for x in t.top_logprobs]
+        assert lps == sorted(lps, reverse=True) and sum(math.exp(x) for x in lps) <= 1.0001
+        assert t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-5  # greedy
+    assert "".join(t.token for t in content).startswith(r.choices[0].message.content[:5])
+    c = client.completions.create(model=model_name, prompt="The capital of France is", temperature=0, max_tokens=4, logprobs=2)
+    assert len(c.choices[0].logprobs.tokens) == 4 and len(c.choices[0].logprobs.top_logprobs[0]) == 2
