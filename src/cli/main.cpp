@@ -16,15 +16,15 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "wick 0.1.0");
   app.footer(
       "Environment:\n"
-      "  WICK_THREADS  worker threads for CPU kernels (default: all cores)\n"
-      "  WICK_ISA      force a CPU kernel set: generic, avx2 or avx512 (default: best available)\n"
-      "  WICK_LOG      log level: trace, debug, info, warn, error, off (default: info)\n"
+      "  WICK_THREADS             worker threads for CPU kernels (default: all cores)\n"
+      "  WICK_ISA                 force a CPU kernel set: generic, avx2 or avx512 (default: best available)\n"
+      "  WICK_LOG                 log level: trace, debug, info, warn, error, off (default: info)\n"
       "  WICK_PREFILL_CHUNK_SIZE  prompt tokens per prefill step; 0 = one pass (default: 512)\n"
       "  WICK_MAX_LOADED_MODELS   models kept loaded at once (default: 2)\n"
       "  WICK_MAX_MODEL_BYTES     byte budget of loaded models; 0 = no limit (default: 0)\n"
       "  WICK_PREFIX_CACHE        0 turns the prefix cache off (default: 1)\n"
       "  WICK_API_KEY             wick serve: require Authorization: Bearer KEY\n"
-      "  WICK_MODELS   the model store, where MODEL names are looked up (default: "
+      "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
   wick::cli::register_run(app);
   wick::cli::register_serve(app);
