@@ -153,3 +153,46 @@ TEST(Safetensors, ShardedFolderEqualsSingleFile) {
 
 }  // namespace
 }  // namespace wick::test
+
+namespace wick::test {
+namespace {
+
+// F16 safetensors (written here from the f32 fixture) and f16 / bf16 GGUF
+// copies load and track the f32 logits within half-precision rounding.
+TEST(HalfPrecision, F16SafetensorsAndHalfGgufMatchF32) {
+  WICK_REQUIRE_SHARED();
+  const std::string src = tiny_dir("qwen3");
+  TensorSet set;
+  read_safetensors(src + "/model.safetensors", set);
+  std::vector<StTensor> ts;
+  for (auto& [name, t] : set.all()) {
+    std::vector<uint8_t> bytes(size_t(t.numel()) * 2);
+    auto* f = static_cast<const float*>(t.data);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_f16(f[i]);
+    ts.push_back({name, "F16", t.shape, bytes});
+  }
+  const std::string dir = data_dir() + "/f16-qwen3";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  write_safetensors(dir + "/model.safetensors", ts);
+  auto ref = read_json(src + "/reference.json");
+  auto ids = ref["prompts"][2]["ids"].get<std::vector<int32_t>>();
+  auto want = read_f32(src + "/" + ref["prompts"][2]["logits"].get<std::string>());
+  auto f16 = load_model(dir);
+  EXPECT_EQ(f16->n_params_by_dtype.count("f16"), 1u);
+  const double e16 = rel_err(run_all_logits(*f16, ids), want);
+  EXPECT_LT(e16, 5e-3);
+  for (DType t : {DType::F16, DType::BF16}) {
+    const std::string g = data_dir() + "/qwen3-" + dtype_name(t) + ".gguf";
+    convert_hf_to_gguf(src, g, t);
+    const double e = rel_err(run_all_logits(*load_model(g), ids), want);
+    EXPECT_LT(e, t == DType::F16 ? 5e-3 : 3e-2) << dtype_name(t);
+    std::printf("[ report ] qwen3 %s GGUF relative error %.2e\n", dtype_name(t), e);
+  }
+  std::printf("[ report ] qwen3 f16 safetensors relative error %.2e\n", e16);
+}
+
+}  // namespace
+}  // namespace wick::test
