@@ -20,6 +20,7 @@ std::vector<GenerateRequest> mixed_requests(int32_t n_vocab, int n, uint32_t see
     r.sampling = SamplingParams::greedy();
     r.max_tokens = 4 + int(rng() % 20);
     r.ignore_eos = true;
+    r.prefill_chunk = i % 3 == 0 ? 5 : 0;  // some prompts in small chunks
     out.push_back(r);
   }
   return out;

@@ -162,6 +162,15 @@ void Engine::preempt(Sequence& s) {
   ++n_preemptions_;
 }
 
+// Tokens a sequence computes this step: all it lacks, in prefill chunks of
+// at most req.prefill_chunk (0 = no limit) while it is still in its prompt.
+int32_t Engine::catch_up(const Sequence& s) const {
+  const int32_t lack = int32_t(s.tokens.size()) - s.num_computed;
+  if (s.req.prefill_chunk > 0 && s.num_computed < s.n_prompt)
+    return std::min(lack, s.req.prefill_chunk);
+  return lack;
+}
+
 bool Engine::ensure_blocks(Sequence& s, int32_t n_tokens) {
   const int32_t need = (s.num_computed + n_tokens + cfg_.block_size - 1) / cfg_.block_size;
   while (int32_t(s.block_table.size()) < need) {
@@ -229,7 +238,7 @@ bool Engine::step() {
   // Running sequences first, oldest first; preempt the newest when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
-    const int32_t n = std::min<int32_t>(int32_t(s.tokens.size()) - s.num_computed, budget);
+    const int32_t n = std::min(catch_up(s), budget);
     if (ensure_blocks(s, n)) {
       work.push_back({&s, n});
       budget -= n;
@@ -248,7 +257,7 @@ bool Engine::step() {
   while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < cfg_.max_seqs) {
     Sequence& s = *waiting_.front();
     admit(s);
-    const int32_t n = std::min<int32_t>(int32_t(s.tokens.size()) - s.num_computed, budget);
+    const int32_t n = std::min(catch_up(s), budget);
     if (!ensure_blocks(s, n)) {
       free_blocks(s);  // not enough room yet: wait for blocks to come back
       break;

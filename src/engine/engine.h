@@ -62,6 +62,7 @@ class Engine {
  private:
   struct Sequence;
   bool ensure_blocks(Sequence& s, int32_t n_tokens);
+  int32_t catch_up(const Sequence& s) const;
   void admit(Sequence& s);
   void preempt(Sequence& s);
   void free_blocks(Sequence& s);

@@ -78,6 +78,8 @@ GenerateResult Session::generate(const GenerateRequest& req,
                                  const std::function<bool(std::string_view)>& on_text) {
   const int32_t n_vocab = int32_t(model_->model->config.n_vocab);
   validate_request(req, n_vocab);
+  if (req.top_logprobs >= 0)
+    throw GenerateError("top_logprobs is served by the engine (wick serve), not by a session");
   std::vector<int32_t> prompt = req.prompt;
   if (int32_t(prompt.size()) >= n_ctx_) {
     if (!req.truncate)
