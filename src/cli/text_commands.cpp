@@ -93,7 +93,7 @@ void register_template(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("template", "Render a conversation with the model's chat template");
   static std::string source, messages_path, template_path;
-  static bool add_generation_prompt = false, enable_thinking_off = false;
+  static bool add_generation_prompt = false;
   cmd->add_option("SOURCE", source,
                   "a HF folder / tokenizer_config.json's folder, a .gguf, or a stored model name")
       ->required();
