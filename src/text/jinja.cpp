@@ -476,7 +476,7 @@ class Parser {
     } else if (kw == "break" || kw == "continue") {
       s->k = kw == "break" ? Stmt::Break : Stmt::Continue;
       expect_block_end();
-    } else if (kw == "generation" || kw == "filter" && false) {
+    } else if (kw == "generation") {
       s->k = Stmt::Scope;  // transformers' assistant-mask marker: renders its body
       expect_block_end();
       s->body = parse_body({"endgeneration"});
