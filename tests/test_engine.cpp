@@ -158,6 +158,14 @@ TEST(Engine, BadRequestsAreRejectedBeforeQueueing) {
   GenerateRequest r;
   r.prompt = std::vector<int32_t>(80, 1);
   EXPECT_THROW(e.add_request(r, {}), GenerateError);
+  r.truncate = true;  // asked for: the newest tokens are kept
+  r.max_tokens = 4;
+  GenerateResult truncated;
+  e.add_request(r, {nullptr, [&](const GenerateResult& g) { truncated = g; }});
+  e.run_until_idle();
+  EXPECT_LT(truncated.n_prompt, 64);
+  EXPECT_EQ(truncated.tokens.size(), 4u);
+  r.truncate = false;
   r.prompt = {1, 2, 9999};
   EXPECT_THROW(e.add_request(r, {}), GenerateError);
   r.prompt = {};

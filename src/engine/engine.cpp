@@ -80,10 +80,8 @@ Engine::~Engine() = default;
 
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   validate_request(req, int32_t(model_->model->config.n_vocab));
-  if (int32_t(req.prompt.size()) >= cfg_.n_ctx)
-    throw GenerateError(fmt::format("the prompt has {} tokens but the context holds {}",
-                                    req.prompt.size(), cfg_.n_ctx));
-  const int32_t need = int32_t(req.prompt.size()) / cfg_.block_size + 1;
+  const std::vector<int32_t> prompt = fit_prompt(req, cfg_.n_ctx);
+  const int32_t need = int32_t(prompt.size()) / cfg_.block_size + 1;
   if (need > pool_.n_blocks())
     throw GenerateError(
         fmt::format("the prompt needs {} KV blocks but the cache has {}", need, pool_.n_blocks()));
@@ -91,8 +89,8 @@ int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   s->id = next_id_++;
   s->req = req;
   s->cb = std::move(cb);
-  s->tokens = req.prompt;
-  s->n_prompt = int32_t(req.prompt.size());
+  s->tokens = prompt;
+  s->n_prompt = int32_t(prompt.size());
   s->sampler = std::make_unique<Sampler>(req.sampling, int32_t(model_->model->config.n_vocab));
   s->stops = std::make_unique<StopFilter>(s->req.stop);
   if (model_->tokenizer) s->detok = std::make_unique<StreamDecoder>(*model_->tokenizer, true);
@@ -122,20 +120,16 @@ void Engine::finish(Sequence& s, const std::string& reason) {
 }
 
 void Engine::cancel(int64_t id) {
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
-    if ((*it)->id == id) {
-      auto s = std::move(*it);
-      waiting_.erase(it);
-      finish(*s, "cancelled");
-      return;
-    }
-  for (auto it = running_.begin(); it != running_.end(); ++it)
-    if ((*it)->id == id) {
-      auto s = std::move(*it);
-      running_.erase(it);
-      finish(*s, "cancelled");
-      return;
-    }
+  auto take = [id](auto& seqs) -> std::unique_ptr<Sequence> {
+    auto it = std::find_if(seqs.begin(), seqs.end(), [id](const auto& s) { return s->id == id; });
+    if (it == seqs.end()) return nullptr;
+    auto s = std::move(*it);
+    seqs.erase(it);
+    return s;
+  };
+  auto s = take(waiting_);
+  if (!s) s = take(running_);
+  if (s) finish(*s, "cancelled");
 }
 
 // Takes the longest verified cached prefix; at least one token is left to

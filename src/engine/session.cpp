@@ -32,6 +32,19 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
     if (st.empty()) throw GenerateError("stop strings must not be empty");
 }
 
+std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx) {
+  std::vector<int32_t> prompt = req.prompt;
+  if (int32_t(prompt.size()) < n_ctx) return prompt;
+  if (!req.truncate)
+    throw GenerateError(fmt::format(
+        "the prompt has {} tokens but the context holds {} (leave room to generate, or truncate)",
+        prompt.size(), n_ctx));
+  const int32_t keep =
+      std::max<int32_t>(1, n_ctx - std::max<int32_t>(1, std::min(req.max_tokens, n_ctx / 2)));
+  prompt.erase(prompt.begin(), prompt.end() - keep);
+  return prompt;
+}
+
 bool StopFilter::feed(const std::string& delta, bool final, std::string& out) {
   pending_ += delta;
   for (const auto& st : stops_)
@@ -80,16 +93,7 @@ GenerateResult Session::generate(const GenerateRequest& req,
   validate_request(req, n_vocab);
   if (req.top_logprobs >= 0)
     throw GenerateError("top_logprobs is served by the engine (wick serve), not by a session");
-  std::vector<int32_t> prompt = req.prompt;
-  if (int32_t(prompt.size()) >= n_ctx_) {
-    if (!req.truncate)
-      throw GenerateError(fmt::format(
-          "the prompt has {} tokens but the context holds {} (leave room to generate, or truncate)",
-          prompt.size(), n_ctx_));
-    const int32_t keep =
-        std::max<int32_t>(1, n_ctx_ - std::max<int32_t>(1, std::min(req.max_tokens, n_ctx_ / 2)));
-    prompt.erase(prompt.begin(), prompt.end() - keep);
-  }
+  const std::vector<int32_t> prompt = fit_prompt(req, n_ctx_);
 
   GenerateResult res;
   res.n_prompt = int32_t(prompt.size());

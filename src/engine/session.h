@@ -56,6 +56,9 @@ struct GenerateError : std::runtime_error {  // bad request (too long, bad param
 
 // Throws GenerateError naming what is wrong: sampling values, limits, token ids.
 void validate_request(const GenerateRequest& req, int32_t n_vocab);
+// The prompt that fits a context of n_ctx tokens: the request's own, or with
+// req.truncate its newest tokens (room left to generate); else GenerateError.
+std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx);
 
 // Passes generated text through the stop strings: holds back what could be
 // the start of one, and cuts the text where one appears.

@@ -42,9 +42,12 @@ void moe_mlp(const ModelConfig& c, const LayerWeights& l, int64_t n_tok, Forward
   grow(s.router, n_tok * E);
   ops::matmul(l.router, s.xn.data(), n_tok, s.router.data());
   // chosen[t*K + j] = expert, weight[t*K + j] = its weight
-  std::vector<int32_t> chosen(size_t(n_tok * K));
-  std::vector<float> weight(size_t(n_tok * K));
-  std::vector<int32_t> order(static_cast<size_t>(E));
+  s.moe_chosen.resize(size_t(n_tok * K));
+  s.moe_weight.resize(size_t(n_tok * K));
+  s.moe_order.resize(size_t(E));
+  auto& chosen = s.moe_chosen;
+  auto& weight = s.moe_weight;
+  auto& order = s.moe_order;
   for (int64_t t = 0; t < n_tok; ++t) {
     float* r = s.router.data() + t * E;
     const float mx = *std::max_element(r, r + E);
@@ -65,8 +68,8 @@ void moe_mlp(const ModelConfig& c, const LayerWeights& l, int64_t n_tok, Forward
   grow(s.moe_gate, n_tok * F);
   grow(s.moe_up, n_tok * F);
   grow(s.moe_out, n_tok * D);
-  std::vector<int32_t> rows;
-  std::vector<float> row_w;
+  auto& rows = s.moe_rows;
+  auto& row_w = s.moe_row_w;
   for (int64_t e = 0; e < E; ++e) {
     rows.clear();
     row_w.clear();

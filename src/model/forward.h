@@ -14,8 +14,11 @@ struct ForwardScratch {
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up;  // [n_tokens, ...]
   std::vector<float> router;                                // [n_tokens, n_expert]
   std::vector<float> moe_x, moe_gate, moe_up, moe_out;      // gathered rows of one expert
-  std::vector<float> final_rows;                            // [n_logit_rows, n_embd]
-  std::vector<float> inv_freq;                              // [head_dim / 2]
+  std::vector<int32_t> moe_chosen, moe_order,
+      moe_rows;  // routing: [n_tokens * k], [n_expert], rows of one expert
+  std::vector<float> moe_weight, moe_row_w;  // routing weights
+  std::vector<float> final_rows;             // [n_logit_rows, n_embd]
+  std::vector<float> inv_freq;               // [head_dim / 2]
 };
 
 // Runs `b` through the model: writes each token's K/V into `kv` and the
