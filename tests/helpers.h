@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "model/forward.h"
 #include "model/model.h"
 
@@ -69,22 +70,30 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 
 // Runs `ids` as one sequence in chunks of `chunk` tokens (0 = one pass) and
 // returns the logits of every position, [n, n_vocab].
-inline std::vector<float> run_all_logits(const Model& m, const std::vector<int32_t>& ids,
-                                         int64_t chunk = 0) {
-  const auto& c = m.config;
+// On `be` with weights `w` prepared for it (the CPU and the model's own
+// weights by default).
+inline std::vector<float> run_all_logits(Backend& be, const ModelConfig& c, const ModelWeights& w,
+                                         const std::vector<int32_t>& ids, int64_t chunk = 0) {
   const int64_t n = int64_t(ids.size());
-  KvCache kv(c.n_layer, 1, n, c.kv_dim());
+  auto kv = be.make_kv(c.n_layer, 1, n, c.kv_dim());
   ForwardScratch s;
   std::vector<float> out(size_t(n * c.n_vocab));
+  Buffer dev = be.alloc(out.size() * 4);
   if (chunk <= 0) chunk = n;
   for (int64_t start = 0; start < n; start += chunk) {
     Batch b;
     b.block_tables = {{0}};
     const int64_t end = std::min(n, start + chunk);
     for (int64_t i = start; i < end; ++i) b.add(ids[size_t(i)], int32_t(i), 0, true);
-    forward(m, b, kv, s, out.data() + start * c.n_vocab);
+    forward(be, c, w, b, *kv, s, dev.as<float>() + start * c.n_vocab);
   }
+  be.copy_to_host(out.data(), dev.data(), out.size() * 4);
+  s = ForwardScratch{};
   return out;
+}
+inline std::vector<float> run_all_logits(const Model& m, const std::vector<int32_t>& ids,
+                                         int64_t chunk = 0) {
+  return run_all_logits(cpu_backend(), m.config, m.weights, ids, chunk);
 }
 
 struct StTensor {

@@ -10,8 +10,10 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
+#include "cli/device_options.h"
 #include "engine/engine.h"
 #include "engine/model_pool.h"
+#include "engine/model_runner.h"
 #include "engine/model_store.h"
 #include "io/error.h"
 #include "model/convert.h"
@@ -67,6 +69,10 @@ Batch one_seq_batch(const int32_t* ids, int64_t n, int64_t start, bool all_logit
   b.block_tables = {{0}};
   for (int64_t i = 0; i < n; ++i) b.add(ids[i], int32_t(start + i), 0, all_logits || i == n - 1);
   return b;
+}
+
+std::shared_ptr<const LoadedModel> load_on_device(const std::string& path) {
+  return load_model_and_tokenizer(path, {}, backend_options());
 }
 
 }  // namespace
@@ -137,16 +143,15 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--ids", ids_str, "comma-separated token ids")->required();
   cmd->add_flag("--all", all, "logits at every position (a list of rows)");
   cmd->add_flag("--json", as_json, "print JSON (the only output format)");
+  add_device_options(cmd);
   cmd->callback([] {
     auto ids = parse_ids(ids_str);
-    auto m = load_model(resolve_model(path));
-    const ModelConfig& c = m->config;
+    auto m = load_on_device(path);
+    const ModelConfig& c = m->config();
     const int64_t n = int64_t(ids.size());
-    KvCache kv(c.n_layer, 1, n, c.kv_dim());
-    ForwardScratch s;
+    ModelRunner runner(m, 1, n);
     Batch b = one_seq_batch(ids.data(), n, 0, all);
-    std::vector<float> logits(b.logit_rows.size() * size_t(c.n_vocab));
-    forward(*m, b, kv, s, logits.data());
+    std::span<float> logits = runner.execute(b);
     json out = {{"n_vocab", c.n_vocab}};
     auto row = [&](size_t r) {
       return std::vector<float>(logits.begin() + long(r * c.n_vocab),
@@ -277,6 +282,7 @@ void register_bench(CLI::App& app) {
                   "instead: TTFT with this many prefix tokens cached, against cold")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", as_json, "print JSON");
+  add_device_options(cmd);
   cmd->callback([] {
     if (!parallel.empty() || prefix_ttft > 0) {
       auto m = ModelPool::global().get(path);
@@ -295,29 +301,29 @@ void register_bench(CLI::App& app) {
             json{{"model", path}, {"threads", cpu::n_threads()}, {"results", results}}.dump(2));
       return;
     }
-    auto m = load_model(resolve_model(path));
+    auto lm = load_on_device(path);
+    const Model* m = lm->model.get();
     const ModelConfig& c = m->config;
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(c.n_vocab - 1));
     const int64_t n_ctx = std::max(n_prompt, n_gen) + 1;
-    KvCache kv(c.n_layer, 1, n_ctx, c.kv_dim());
-    ForwardScratch s;
-    std::vector<float> logits(size_t(c.n_vocab));
+    ModelRunner runner(lm, 1, n_ctx);
     using clk = std::chrono::steady_clock;
     auto run_pp = [&] {
       std::vector<int32_t> ids(static_cast<size_t>(n_prompt));
       for (auto& x : ids) x = tok(rng);
       Batch b = one_seq_batch(ids.data(), n_prompt, 0, false);
       auto t0 = clk::now();
-      forward(*m, b, kv, s, logits.data());
+      runner.execute(b);
+      lm->backend().sync();
       return std::chrono::duration<double>(clk::now() - t0).count();
     };
     auto run_tg = [&] {
       int32_t id = tok(rng);
       auto t0 = clk::now();
       for (int i = 0; i < n_gen; ++i) {
-        Batch b = one_seq_batch(&id, 1, i, false);
-        forward(*m, b, kv, s, logits.data());
+        Batch b = one_seq_batch(&id, 1, i, true);
+        std::span<float> logits = runner.execute(b);
         id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       return std::chrono::duration<double>(clk::now() - t0).count();
@@ -336,14 +342,14 @@ void register_bench(CLI::App& app) {
     for (auto& [t, n] : m->n_params_by_dtype) types += (types.empty() ? "" : "+") + t;
     if (!as_json)
       fmt::print(
-          "| model | arch | types | params | threads | isa | test | t/s "
+          "| model | arch | types | params | threads | backend | test | t/s "
           "|\n|---|---|---|---|---|---|---|---|\n");
     auto report = [&](const std::string& test, std::pair<double, double> r) {
       results.push_back({{"test", test}, {"tok_s", r.first}, {"stddev", r.second}});
       if (!as_json)
         fmt::print("| {} | {} | {} | {:.1f}M | {} | {} | {} | {:.2f} ± {:.2f} |\n", path,
                    arch_name(c.arch), types, double(m->n_params) / 1e6, cpu::n_threads(),
-                   cpu::simd().isa, test, r.first, r.second);
+                   lm->backend().name(), test, r.first, r.second);
     };
     if (n_prompt > 0) report(fmt::format("pp{}", n_prompt), measure(run_pp, n_prompt));
     if (n_gen > 0) report(fmt::format("tg{}", n_gen), measure(run_tg, n_gen));
@@ -351,6 +357,7 @@ void register_bench(CLI::App& app) {
       fmt::print("{}\n", json{{"model", path},
                               {"threads", cpu::n_threads()},
                               {"isa", cpu::simd().isa},
+                              {"backend", lm->backend().name()},
                               {"results", results}}
                              .dump(2));
   });

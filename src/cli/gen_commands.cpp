@@ -8,6 +8,7 @@
 #include <ranges>
 
 #include "cli/commands.h"
+#include "cli/device_options.h"
 #include "engine/model_pool.h"
 #include "engine/session.h"
 #include "server/http_server.h"
@@ -123,6 +124,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--truncate", truncate,
                 "drop the oldest prompt tokens when the prompt does not fit the context");
   add_gen_options(cmd, o);
+  add_device_options(cmd);
   cmd->callback([] {
     if (prompt.empty() && prompt_ids.empty())
       throw std::runtime_error("give --prompt or --prompt-ids");
@@ -185,6 +187,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--system", system, "a system message");
   cmd->add_flag("--verbose", verbose, "print timings after each answer");
   add_gen_options(cmd, o);
+  add_device_options(cmd);
   cmd->callback([] {
     auto m = load_with_progress(o.model);
     if (!m->tokenizer) throw std::runtime_error(m->name + ": the model has no tokenizer");
@@ -253,6 +256,7 @@ void register_serve(CLI::App& app) {
                   "largest request body in bytes (default 8 MiB)");
   cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")
       ->check(CLI::Range(1, 4096));
+  add_device_options(cmd);
   cmd->callback([] {
     const bool prefix = cfg.engine.prefix_cache;
     EngineConfig env = EngineConfig::from_env();

@@ -30,6 +30,7 @@ int32_t blocks_for(const ModelConfig& c, const EngineConfig& cfg) {
   if (cfg.n_blocks > 0) return cfg.n_blocks;
   const size_t per_block =
       size_t(c.n_layer) * 2 * size_t(cfg.block_size) * size_t(c.kv_dim()) * sizeof(float);
+  // (the KV store's element may be smaller on a GPU; the budget stays conservative)
   return int32_t(std::max<size_t>(1, cfg.kv_bytes / per_block));
 }
 }  // namespace
@@ -71,8 +72,7 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg
       cfg_(cfg),
       pool_(blocks_for(model_->model->config, cfg), cfg.block_size, model_identity(*model_),
             cfg.prefix_cache),
-      kv_(model_->model->config.n_layer, pool_.n_blocks(), cfg.block_size,
-          model_->model->config.kv_dim()) {
+      runner_(model_, pool_.n_blocks(), cfg.block_size) {
   cfg_.n_ctx = std::min<int32_t>(cfg_.n_ctx, int32_t(model_->model->config.n_ctx_train));
 }
 
@@ -271,10 +271,7 @@ bool Engine::step() {
     return !running_.empty() || !waiting_.empty();
   }
   // Build the flat batch.
-  batch_.token_ids.clear();
-  batch_.positions.clear();
-  batch_.seq_of.clear();
-  batch_.logit_rows.clear();
+  batch_.clear();
   batch_.block_tables.resize(work.size());
   std::vector<Sequence*> sampled;
   for (size_t k = 0; k < work.size(); ++k) {
@@ -287,8 +284,7 @@ bool Engine::step() {
     }
     if (last) sampled.push_back(&s);
   }
-  logits_.resize(sampled.size() * size_t(model_->model->config.n_vocab));
-  forward(*model_->model, batch_, kv_, scratch_, logits_.data());
+  std::span<float> logits = runner_.execute(batch_);
   for (auto& w : work) {
     w.s->num_computed += w.n;
     if (w.s->num_computed <= w.s->n_prompt) w.s->result.n_prefilled += w.n;
@@ -299,7 +295,7 @@ bool Engine::step() {
   std::vector<int64_t> done;
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = *sampled[r];
-    std::span<float> row(logits_.data() + r * V, V);
+    std::span<float> row = logits.subspan(r * V, V);
     if (s.req.keep_first_logits && !s.got_first)
       s.result.first_logits.assign(row.begin(), row.end());
     // log-probabilities of the model's distribution, before penalties and filters

@@ -15,10 +15,9 @@
 #include <vector>
 
 #include "engine/model_pool.h"
+#include "engine/model_runner.h"
 #include "engine/session.h"
 #include "kv/block_pool.h"
-#include "kv/kv_cache.h"
-#include "model/forward.h"
 #include "sampling/sampler.h"
 #include "text/detokenizer.h"
 
@@ -73,10 +72,8 @@ class Engine {
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
   BlockPool pool_;
-  KvCache kv_;
-  ForwardScratch scratch_;
+  ModelRunner runner_;
   Batch batch_;
-  std::vector<float> logits_;
   std::vector<int32_t> order_;  // scratch for top log-probabilities
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;

@@ -81,7 +81,8 @@ size_t env_size(const char* name, size_t dflt) {
 }  // namespace
 
 std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
-                                                      const std::function<void(float)>& progress) {
+                                                      const std::function<void(float)>& progress,
+                                                      const BackendOptions& opt) {
   auto lm = std::make_shared<LoadedModel>();
   lm->name = name;
   lm->path = resolve_model(name);
@@ -95,6 +96,7 @@ std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
         lm->model->gguf ? Tokenizer::from_gguf(*lm->model->gguf) : Tokenizer::load(lm->path);
   lm->eog_ids = find_eog(*lm);
   lm->n_bytes = path_bytes(lm->path);
+  lm->device = prepare_model(*lm->model, make_backend(opt));
   if (progress) progress(1.f);
   return lm;
 }
@@ -102,6 +104,11 @@ std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
 ModelPool& ModelPool::global() {
   static ModelPool pool(env_size("WICK_MAX_LOADED_MODELS", 2), env_size("WICK_MAX_MODEL_BYTES", 0));
   return pool;
+}
+
+void ModelPool::set_backend(const BackendOptions& opt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  opt_ = opt;
 }
 
 size_t ModelPool::n_loaded() const {
@@ -153,7 +160,12 @@ std::shared_ptr<const LoadedModel> ModelPool::get(const std::string& name) {
   }
   if (load_here) {
     try {
-      promise.set_value(load_model_and_tokenizer(name));
+      BackendOptions opt;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        opt = opt_;
+      }
+      promise.set_value(load_model_and_tokenizer(name, {}, opt));
     } catch (...) {
       promise.set_exception(std::current_exception());
       std::lock_guard<std::mutex> lock(mu_);

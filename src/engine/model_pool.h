@@ -15,30 +15,44 @@
 #include <string>
 #include <vector>
 
+#include "model/forward.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
 namespace wick {
 
+inline BackendOptions cpu_options() {
+  BackendOptions o;
+  o.device = Device::Cpu;
+  return o;
+}
+
 struct LoadedModel {
   std::string name;  // as asked for
   std::string path;  // resolved
   std::unique_ptr<Model> model;
+  std::unique_ptr<DeviceModel> device;   // the weights on the backend that runs them
   std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none (test fixtures)
   std::vector<int32_t> eog_ids;          // ids that end a generation
   size_t n_bytes = 0;                    // file bytes mapped or copied
 
   bool is_eog(int32_t id) const;
+  Backend& backend() const { return *device->backend; }
+  const ModelConfig& config() const { return model->config; }
 };
 
 // Loads model and tokenizer from a path (no pool); `progress` gets 0..1.
+// `opt` picks the backend (the CPU unless it says otherwise).
 std::shared_ptr<LoadedModel> load_model_and_tokenizer(
-    const std::string& name, const std::function<void(float)>& progress = {});
+    const std::string& name, const std::function<void(float)>& progress = {},
+    const BackendOptions& opt = cpu_options());
 
 class ModelPool {
  public:
-  ModelPool(size_t max_models, size_t max_bytes) : max_models_(max_models), max_bytes_(max_bytes) {}
+  ModelPool(size_t max_models, size_t max_bytes, BackendOptions opt = cpu_options())
+      : max_models_(max_models), max_bytes_(max_bytes), opt_(opt) {}
   static ModelPool& global();  // limits from the environment (throws on invalid values)
+  void set_backend(const BackendOptions& opt);  // for models loaded from now on
 
   std::shared_ptr<const LoadedModel> get(const std::string& name);
   size_t n_loaded() const;
@@ -52,6 +66,7 @@ class ModelPool {
   void evict_locked(const std::string& keep);
 
   size_t max_models_, max_bytes_;
+  BackendOptions opt_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> entries_;  // by resolved path
   uint64_t clock_ = 0;

@@ -71,19 +71,17 @@ Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx)
     : model_(std::move(model)),
       n_ctx_(std::max<int32_t>(
           1, std::min<int32_t>(n_ctx, int32_t(model_->model->config.n_ctx_train)))),
-      kv_(model_->model->config.n_layer, 1, n_ctx_, model_->model->config.kv_dim()) {
+      runner_(model_, 1, n_ctx_) {
   logits_.resize(size_t(model_->model->config.n_vocab));
-  batch_.block_tables = {{0}};
 }
 
 void Session::run(const int32_t* ids, int32_t n, bool want_logits) {
-  batch_.token_ids.clear();
-  batch_.positions.clear();
-  batch_.seq_of.clear();
-  batch_.logit_rows.clear();
+  batch_.clear();
+  batch_.block_tables = {{0}};
   const int32_t start = int32_t(tokens_.size());
   for (int32_t i = 0; i < n; ++i) batch_.add(ids[i], start + i, 0, want_logits && i == n - 1);
-  forward(*model_->model, batch_, kv_, scratch_, logits_.data());
+  std::span<float> out = runner_.execute(batch_);
+  if (want_logits) std::copy(out.begin(), out.end(), logits_.begin());
   tokens_.insert(tokens_.end(), ids, ids + n);
 }
 

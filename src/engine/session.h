@@ -12,9 +12,7 @@
 #include <vector>
 
 #include "engine/model_pool.h"
-#include "kv/kv_cache.h"
-#include "model/batch.h"
-#include "model/forward.h"
+#include "engine/model_runner.h"
 #include "sampling/sampler.h"
 
 namespace wick {
@@ -90,9 +88,8 @@ class Session {
 
   std::shared_ptr<const LoadedModel> model_;
   int32_t n_ctx_;
-  KvCache kv_;
-  std::vector<int32_t> tokens_;  // tokens whose K/V is in kv_, in order
-  ForwardScratch scratch_;
+  ModelRunner runner_;           // one block of n_ctx tokens
+  std::vector<int32_t> tokens_;  // tokens whose K/V is in the runner, in order
   Batch batch_;
   std::vector<float> logits_;
 };

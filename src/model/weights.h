@@ -1,33 +1,14 @@
-// Per-architecture weights as plain data: views into the mapped files (or
-// into buffers the model owns), in HF layout. Linear weights are
-// [n_out, n_in], one contiguous row per output.
+// Per-architecture weights as plain data, in HF layout. A Model holds them as
+// views into the mapped files (or buffers it owns); a DeviceModel holds the
+// same struct with every weight prepared by a backend.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "io/dtype.h"
+#include "backend/weight.h"
 
 namespace wick {
-
-struct Weight {
-  DType dtype = DType::F32;
-  int64_t n_out = 0;  // rows (1 for vectors)
-  int64_t n_in = 0;   // elements per row
-  const void* data = nullptr;
-
-  bool empty() const { return data == nullptr; }
-  const uint8_t* row(int64_t r) const {
-    return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes(dtype, n_in);
-  }
-  const float* f32() const { return static_cast<const float*>(data); }  // vectors only
-};
-
-struct ExpertWeights {
-  Weight gate;  // [n_ff_expert, n_embd]
-  Weight up;    // [n_ff_expert, n_embd]
-  Weight down;  // [n_embd, n_ff_expert]
-};
 
 struct LayerWeights {
   Weight attn_norm;   // [n_embd] f32
@@ -55,5 +36,18 @@ struct ModelWeights {
   Weight output;       // [n_vocab, n_embd] (tok_embd when tied)
   std::vector<LayerWeights> layers;
 };
+
+// Calls f(Weight&) on every matrix of the layers, g(Weight&) on every vector,
+// and e(experts) on each MoE layer's experts, in a fixed order.
+template <typename F, typename G, typename E>
+void for_each_layer_weight(ModelWeights& w, F&& f, G&& g, E&& e) {
+  for (auto& l : w.layers) {
+    for (auto* v : {&l.attn_norm, &l.bq, &l.bk, &l.bv, &l.bo, &l.q_norm, &l.k_norm, &l.ffn_norm})
+      if (!v->empty()) g(*v);
+    for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router})
+      if (!m->empty()) f(*m);
+    if (!l.experts.empty()) e(l.experts);
+  }
+}
 
 }  // namespace wick

@@ -111,37 +111,34 @@ void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t
   }
 }
 
-void kv_store(KvCache& kv, int64_t il, const Batch& b, const float* k, const float* v) {
-  float* kl = kv.k_layer(il);
-  float* vl = kv.v_layer(il);
-  const int64_t d = kv.kv_dim;
-  for (int64_t t = 0; t < b.n_tokens(); ++t) {
-    const int64_t slot = kv_slot(b.block_tables[b.seq_of[t]].data(), kv.block_size, b.positions[t]);
-    std::copy(k + t * d, k + (t + 1) * d, kl + slot * d);
-    std::copy(v + t * d, v + (t + 1) * d, vl + slot * d);
+void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
+              const float* k, const float* v) {
+  const int64_t d = kv_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy(k + t * d, k + (t + 1) * d, k_layer + int64_t(slots[t]) * d);
+    std::copy(v + t * d, v + (t + 1) * d, v_layer + int64_t(slots[t]) * d);
   }
 }
 
-void attention(const float* q, const KvCache& kv, int64_t il, const Batch& b, const AttnShape& s,
-               float* out) {
+void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim, const BatchArgs& b,
+               const AttnShape& s, float* out) {
   const auto& k = simd();
-  const int64_t n_tok = b.n_tokens(), hd = s.head_dim, group = s.n_head / s.n_head_kv;
-  const int64_t d = kv.kv_dim, bs = kv.block_size;
-  const float* kl = kv.k.data() + il * kv.n_slots * d;
-  const float* vl = kv.v.data() + il * kv.n_slots * d;
+  const int64_t n_tok = b.n_tokens, hd = s.head_dim, group = s.n_head / s.n_head_kv;
+  const int64_t d = kv_dim, bs = b.block_size;
   const float scale = 1.f / std::sqrt(float(hd));
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(n_threads())
   for (int64_t t = 0; t < n_tok; ++t) {
     for (int64_t h = 0; h < s.n_head; ++h) {
       const int64_t p = b.positions[t];
       const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
-      const int32_t* table = b.block_tables[b.seq_of[t]].data();
+      const int32_t* table = b.block_table + int64_t(b.seq_of[t]) * b.max_blocks;
+      auto slot = [&](int64_t j) { return int64_t(table[j / bs]) * bs + j % bs; };
       const int64_t kv_off = (h / group) * hd;
       const float* qh = q + (t * s.n_head + h) * hd;
       float* scores = thread_buf(size_t(p - lo + 1));
       float mx = -INFINITY;
       for (int64_t j = lo; j <= p; ++j) {
-        const float sc = k.dot(qh, kl + kv_slot(table, bs, j) * d + kv_off, hd) * scale;
+        const float sc = k.dot(qh, kl + slot(j) * d + kv_off, hd) * scale;
         scores[j - lo] = sc;
         mx = std::max(mx, sc);
       }
@@ -151,7 +148,7 @@ void attention(const float* q, const KvCache& kv, int64_t il, const Batch& b, co
       std::fill(o, o + hd, 0.f);
       const float inv = 1.f / sum;
       for (int64_t j = lo; j <= p; ++j)
-        k.axpy(scores[j - lo] * inv, vl + kv_slot(table, bs, j) * d + kv_off, o, hd);
+        k.axpy(scores[j - lo] * inv, vl + slot(j) * d + kv_off, o, hd);
     }
   }
 }

@@ -1,12 +1,11 @@
-// CPU kernels the forward pass calls. Activations are f32 rows; weights keep
+// CPU kernels behind CpuBackend. Activations are f32 rows; weights keep
 // their stored type and are dequantized inside the products.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
-#include "kv/kv_cache.h"
-#include "model/batch.h"
-#include "model/weights.h"
+#include "backend/backend.h"
 
 namespace wick::cpu {
 
@@ -23,16 +22,22 @@ void silu_mul(float* gate, const float* up, int64_t n);  // gate = silu(gate) * 
 // NeoX-style RoPE (pairs i and i + head_dim/2) in place: x [n_rows, n_heads, head_dim].
 void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t head_dim,
           const float* inv_freq);
-
-struct AttnShape {
-  int64_t n_head, n_head_kv, head_dim;
-  int64_t sliding_window;  // 0 = none
-};
-// Writes k, v [n_tokens, kv_dim] into the cache slots of their positions.
-void kv_store(KvCache& kv, int64_t il, const Batch& b, const float* k, const float* v);
+// k, v [n, kv_dim] into rows slots[i] of one layer's f32 K and V storage.
+void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
+              const float* k, const float* v);
 // out [n_tokens, n_head * head_dim]: causal attention of q over each token's
-// own sequence, through its block table.
-void attention(const float* q, const KvCache& kv, int64_t il, const Batch& b, const AttnShape& s,
-               float* out);
+// own sequence, through the batch's block table, on one layer's f32 storage.
+void attention(const float* q, const float* k_layer, const float* v_layer, int64_t kv_dim,
+               const BatchArgs& b, const AttnShape& s, float* out);
+
+// Mixture of experts (see Backend::moe_route / moe_mlp).
+void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
+               int32_t* ids, float* w);
+struct MoeScratch {
+  std::vector<float> x, gate, up, out, row_w;  // rows of one expert
+  std::vector<int32_t> rows;
+};
+void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens, int64_t k,
+             const int32_t* ids, const float* w, float* out, MoeScratch& s);
 
 }  // namespace wick::cpu

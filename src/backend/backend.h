@@ -1,0 +1,183 @@
+// The kernel interface the forward pass runs on. One orchestration
+// (model/forward.cpp) calls these; the CPU implements them now and CUDA
+// behind the same signatures. Every pointer a kernel takes is in the
+// backend's memory (host memory for the CPU, device memory for CUDA);
+// activations are f32 rows. Weights are prepared once at load (the backend
+// may repack or upload them), and the batch is uploaded once per step.
+//
+// A backend is used by one thread at a time (the engine thread), and the
+// results of queued work are visible to the host after copy_to_host().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "backend/batch.h"
+#include "backend/weight.h"
+
+namespace wick {
+
+class Backend;
+
+// Memory owned by a backend; frees itself.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* be, void* p, size_t bytes) : be_(be), p_(p), bytes_(bytes) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  ~Buffer() { reset(); }
+  void reset();
+  void* data() const { return p_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  Backend* be_ = nullptr;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Paged KV storage for every layer: slot s of layer l holds the key and the
+// value rows (kv_dim elements each, of `dtype`) of one token. Block b holds
+// slots [b * block_size, (b + 1) * block_size).
+struct KvStore {
+  int64_t n_layer = 0, n_slots = 0, kv_dim = 0, block_size = 0;
+  DType dtype = DType::F32;
+  Buffer k, v;  // [n_layer][n_slots][kv_dim]
+
+  int64_t n_blocks() const { return n_slots / block_size; }
+  size_t layer_bytes() const { return size_t(n_slots) * row_bytes(dtype, kv_dim); }
+  template <typename T>
+  T* k_layer(int64_t il) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(k.data()) + size_t(il) * layer_bytes());
+  }
+  template <typename T>
+  T* v_layer(int64_t il) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(v.data()) + size_t(il) * layer_bytes());
+  }
+};
+
+struct AttnShape {
+  int64_t n_head, n_head_kv, head_dim;
+  int64_t sliding_window;  // 0 = none; else each token sees this many positions
+};
+
+// Named intermediates, for comparing backends tensor by tensor: called with
+// the name, the layer (-1 outside layers) and the host copy of the rows.
+using TraceFn = std::function<void(std::string_view name, int64_t layer, const float* data,
+                                   int64_t n_rows, int64_t n_cols)>;
+
+enum class Device { Cpu, Cuda, Auto };
+Device parse_device(const std::string& s);  // "cpu", "cuda", "auto"; throws otherwise
+const char* device_name(Device d);
+
+struct BackendOptions {
+  Device device = Device::Auto;
+  bool gpu_f32 = false;               // keep f32 weights (and KV) in f32 on a GPU
+  double gpu_memory_fraction = 0.90;  // of the device's memory wick may use
+  int gpu_index = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu (avx512)", "cuda (NVIDIA H100 ...)"
+  virtual Device device() const = 0;
+
+  // Memory. Copies to the host wait for the work queued before them.
+  virtual Buffer alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void sync() {}
+  // Bytes the KV cache may take (the device's budget left after the weights),
+  // or 0 when the backend sets no limit of its own (the CPU).
+  virtual size_t kv_budget() const { return 0; }
+
+  // Weights, once at load. A matrix keeps its stored type (a backend may
+  // repack it); a vector (norms, biases) becomes f32. The returned weights'
+  // memory lives as long as the backend.
+  virtual Weight prepare_matrix(const Weight& host) = 0;
+  virtual Weight prepare_vector(const Weight& host) = 0;
+  // The experts of one MoE layer (the backend may place them side by side).
+  virtual void prepare_experts(std::span<const ExpertWeights> host,
+                               std::span<ExpertWeights> out) = 0;
+
+  virtual std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
+                                           int64_t kv_dim) = 0;
+  // Copies a finished batch into backend memory; valid until the next upload.
+  virtual BatchArgs upload(const Batch& b) = 0;
+
+  // ---- kernels ----
+  // out [n_tokens, n_embd]: the embedding rows of the batch's tokens.
+  virtual void embed(const Weight& tok, const BatchArgs& b, float* out) = 0;
+  // y = x / rms(x) * w per row of n (y may be x).
+  virtual void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+                       float* y) = 0;
+  // x += r, then y = rmsnorm(x, w): the residual add fused with the next norm.
+  virtual void add_rmsnorm(float* x, const float* r, const float* w, int64_t n_rows, int64_t n,
+                           float eps, float* y) {
+    add(x, r, n_rows * n);
+    rmsnorm(x, w, n_rows, n, eps, y);
+  }
+  // y[r, o] = sum_i w[o, i] * x[r, i];  x [n_rows, w.n_in], y [n_rows, w.n_out].
+  // Each output element is reduced in an order that does not depend on n_rows.
+  virtual void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) = 0;
+  // gate = silu(gate @ x) * (up @ x): the two products of a gated MLP.
+  virtual void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
+                              float* g, float* u) {
+    matmul(gate, x, n_rows, g);
+    matmul(up, x, n_rows, u);
+    silu_mul(g, u, n_rows * gate.n_out);
+  }
+  virtual void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) = 0;
+  virtual void add(float* y, const float* x, int64_t n) = 0;           // y += x
+  virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;  // gate = silu(gate) * up
+  // NeoX-style RoPE (pairs i and i + head_dim/2) in place at the batch's
+  // positions: x [n_tokens, n_heads, head_dim]; inv_freq [head_dim / 2].
+  virtual void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
+                    const float* inv_freq) = 0;
+  // k, v [n_tokens, kv_dim] into the cache slots of layer il.
+  virtual void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
+                        const float* v) = 0;
+  // RoPE on q and k, then k and v into the cache (fusable on a GPU).
+  virtual void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
+                             const BatchArgs& b, const AttnShape& s, const float* inv_freq) {
+    rope(q, b, s.n_head, s.head_dim, inv_freq);
+    rope(k, b, s.n_head_kv, s.head_dim, inv_freq);
+    kv_write(kv, il, b, k, v);
+  }
+  // out [n_tokens, n_head * head_dim]: causal attention of each token over
+  // its own sequence, through its block table.
+  virtual void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
+                         const AttnShape& s, float* out) = 0;
+  // Mixture of experts. Routing: softmax over n_expert logits per token,
+  // the k largest (ties to the lower id), their weights renormalised when
+  // `norm`. ids/w [n_tokens, k].
+  virtual void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k,
+                         bool norm, int32_t* ids, float* w) = 0;
+  // out [n_tokens, n_embd] = sum over chosen experts of w * down(silu(gate x) * up x).
+  virtual void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens,
+                       int64_t k, const int32_t* ids, const float* w, float* out) = 0;
+  // out[i] = x[rows[i]] for the batch's logit rows; rows of n floats.
+  virtual void gather_logit_rows(const float* x, const BatchArgs& b, int64_t n, float* out) = 0;
+
+  // Called at named points of the forward when set (slow: copies to the host).
+  TraceFn trace;
+};
+
+// The backend for a device (Auto: CUDA when built with it and a GPU is
+// present, else the CPU). Throws std::runtime_error naming what is missing.
+std::unique_ptr<Backend> make_backend(const BackendOptions& opt);
+bool cuda_available();  // built with CUDA and a GPU is visible
+
+}  // namespace wick

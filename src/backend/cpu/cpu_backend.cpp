@@ -1,0 +1,111 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/simd.h"
+
+namespace wick {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return std::string("cpu (") + cpu::simd().isa + ")"; }
+  Device device() const override { return Device::Cpu; }
+
+  Buffer alloc(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return Buffer(this, p, bytes);
+  }
+  void release(void* p) override { std::free(p); }
+  void copy_to_device(void* dst, const void* src, size_t n) override {
+    if (dst != src) std::memcpy(dst, src, n);
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    if (dst != src) std::memcpy(dst, src, n);
+  }
+
+  // The mapped file's bytes are used in place.
+  Weight prepare_matrix(const Weight& host) override { return host; }
+  Weight prepare_vector(const Weight& host) override { return host; }  // already f32
+  void prepare_experts(std::span<const ExpertWeights> host, std::span<ExpertWeights> out) override {
+    std::copy(host.begin(), host.end(), out.begin());
+  }
+
+  std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
+                                   int64_t kv_dim) override {
+    auto kv = std::make_unique<KvStore>();
+    kv->n_layer = n_layer;
+    kv->n_slots = n_blocks * block_size;
+    kv->kv_dim = kv_dim;
+    kv->block_size = block_size;
+    kv->dtype = DType::F32;
+    const size_t bytes = size_t(n_layer) * kv->layer_bytes();
+    kv->k = alloc(bytes);
+    kv->v = alloc(bytes);
+    // zeroed, so that reading a never-written slot (a bug) is not UB on NaNs
+    std::memset(kv->k.data(), 0, bytes);
+    std::memset(kv->v.data(), 0, bytes);
+    return kv;
+  }
+  BatchArgs upload(const Batch& b) override { return b.args(b.packed().data()); }
+
+  void embed(const Weight& tok, const BatchArgs& b, float* out) override {
+    cpu::embed(tok, b.token_ids, b.n_tokens, out);
+  }
+  void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+               float* y) override {
+    cpu::rmsnorm(x, w, n_rows, n, eps, y);
+  }
+  void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
+    cpu::matmul(w, x, n_rows, y);
+  }
+  void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
+    cpu::add_bias(y, b, n_rows, n);
+  }
+  void add(float* y, const float* x, int64_t n) override { cpu::add(y, x, n); }
+  void silu_mul(float* gate, const float* up, int64_t n) override { cpu::silu_mul(gate, up, n); }
+  void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
+            const float* inv_freq) override {
+    cpu::rope(x, b.positions, b.n_tokens, n_heads, head_dim, inv_freq);
+  }
+  void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
+                const float* v) override {
+    cpu::kv_write(kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b.slots, b.n_tokens, k,
+                  v);
+  }
+  void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
+                 const AttnShape& s, float* out) override {
+    cpu::attention(q, kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b, s, out);
+  }
+  void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
+                 int32_t* ids, float* w) override {
+    cpu::moe_route(logits, n_tokens, n_expert, k, norm, ids, w);
+  }
+  void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens, int64_t k,
+               const int32_t* ids, const float* w, float* out) override {
+    thread_local cpu::MoeScratch s;
+    cpu::moe_mlp(experts, x, n_tokens, k, ids, w, out, s);
+  }
+  void gather_logit_rows(const float* x, const BatchArgs& b, int64_t n, float* out) override {
+    for (int32_t i = 0; i < b.n_logits; ++i)
+      std::memcpy(out + int64_t(i) * n, x + int64_t(b.logit_rows[i]) * n, size_t(n) * 4);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
+
+Backend& cpu_backend() {
+  static CpuBackend be;
+  return be;
+}
+
+}  // namespace wick

@@ -1,0 +1,14 @@
+// The CPU backend: host memory, f32 KV, weights used in place from the
+// mapped files (a later repack happens in prepare_matrix).
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace wick {
+
+std::unique_ptr<Backend> make_cpu_backend();
+Backend& cpu_backend();  // a shared instance (the CPU backend keeps no per-call state)
+
+}  // namespace wick

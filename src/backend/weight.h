@@ -1,0 +1,32 @@
+// Weights as a backend holds them: the stored element type, the shape, and
+// the bytes in the backend's memory (host memory for the CPU, device memory
+// for CUDA). Linear weights are [n_out, n_in], one contiguous row per output.
+#pragma once
+
+#include <cstdint>
+
+#include "io/dtype.h"
+
+namespace wick {
+
+struct Weight {
+  DType dtype = DType::F32;
+  int64_t n_out = 0;  // rows (1 for vectors)
+  int64_t n_in = 0;   // elements per row
+  const void* data = nullptr;
+
+  bool empty() const { return data == nullptr; }
+  const uint8_t* row(int64_t r) const {
+    return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes(dtype, n_in);
+  }
+  const float* f32() const { return static_cast<const float*>(data); }  // vectors only
+};
+
+// One expert of a mixture-of-experts layer.
+struct ExpertWeights {
+  Weight gate;  // [n_ff_expert, n_embd]
+  Weight up;    // [n_ff_expert, n_embd]
+  Weight down;  // [n_embd, n_ff_expert]
+};
+
+}  // namespace wick

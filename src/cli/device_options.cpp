@@ -1,0 +1,53 @@
+#include "cli/device_options.h"
+
+#include <cstdlib>
+
+#include "engine/model_pool.h"
+
+namespace wick::cli {
+
+namespace {
+struct Parsed {
+  std::string device;
+  bool gpu_f32 = false;
+  double gpu_memory_fraction = 0.90;
+};
+Parsed& parsed() {
+  static Parsed p;
+  return p;
+}
+}  // namespace
+
+void add_device_options(CLI::App* cmd) {
+  auto& p = parsed();
+  cmd->add_option("--device", p.device,
+                  "where the model runs: cpu, cuda or auto (env WICK_DEVICE, default auto: cuda "
+                  "when a GPU is visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_flag(
+      "--gpu-f32", p.gpu_f32,
+      "on a GPU keep f32 weights and the KV cache in f32 (default: bf16 weights, f16 KV)");
+  cmd->add_option("--gpu-memory-fraction", p.gpu_memory_fraction,
+                  "share of the GPU's memory wick may use for weights and KV cache (default 0.9)")
+      ->check(CLI::Range(0.05, 1.0));
+  // Models loaded through the pool use these options.
+  cmd->parse_complete_callback([] { ModelPool::global().set_backend(backend_options()); });
+}
+
+BackendOptions backend_options() {
+  const auto& p = parsed();
+  BackendOptions o;
+  std::string d = p.device;
+  if (d.empty())
+    if (const char* e = std::getenv("WICK_DEVICE"); e && *e) d = e;
+  try {
+    o.device = parse_device(d);
+  } catch (const std::exception&) {
+    throw std::runtime_error("WICK_DEVICE=" + d + ": expected cpu, cuda or auto");
+  }
+  o.gpu_f32 = p.gpu_f32;
+  o.gpu_memory_fraction = p.gpu_memory_fraction;
+  return o;
+}
+
+}  // namespace wick::cli
