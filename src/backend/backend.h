@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "backend/batch.h"
+#include "backend/sample.h"
 #include "backend/weight.h"
 
 namespace wick {
@@ -112,10 +113,19 @@ class Backend {
   virtual void prepare_experts(std::span<const ExpertWeights> host,
                                std::span<ExpertWeights> out) = 0;
 
+  virtual DType kv_dtype() const { return DType::F32; }  // what make_kv stores
   virtual std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
                                            int64_t kv_dim) = 0;
   // Copies a finished batch into backend memory; valid until the next upload.
   virtual BatchArgs upload(const Batch& b) = 0;
+
+  // Graphs: a backend that can record the kernels of a step replays them for
+  // a later step with the same key (same shapes, same buffers). Freeing
+  // backend memory drops every recorded graph.
+  virtual bool can_graph() const { return false; }
+  virtual bool replay(uint64_t key) { return false; }  // true when a graph ran
+  virtual void capture_begin() {}
+  virtual void capture_end(uint64_t key) {}
 
   // ---- kernels ----
   // out [n_tokens, n_embd]: the embedding rows of the batch's tokens.
@@ -132,6 +142,14 @@ class Backend {
   // y[r, o] = sum_i w[o, i] * x[r, i];  x [n_rows, w.n_in], y [n_rows, w.n_out].
   // Each output element is reduced in an order that does not depend on n_rows.
   virtual void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) = 0;
+  // out[i] = x . w[i]^T + bias[i] for q, k and v (bias[i] may be null).
+  virtual void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
+                          float* out[3]) {
+    for (int i = 0; i < 3; ++i) {
+      matmul(*w[i], x, n_rows, out[i]);
+      if (bias[i]) add_bias(out[i], bias[i], n_rows, w[i]->n_out);
+    }
+  }
   // gate = silu(gate @ x) * (up @ x): the two products of a gated MLP.
   virtual void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
                               float* g, float* u) {
@@ -170,6 +188,15 @@ class Backend {
                        int64_t k, const int32_t* ids, const float* w, float* out) = 0;
   // out[i] = x[rows[i]] for the batch's logit rows; rows of n floats.
   virtual void gather_logit_rows(const float* x, const BatchArgs& b, int64_t n, float* out) = 0;
+
+  // Chooses one token per logits row on the backend (logits [n_rows, n_vocab]
+  // in backend memory, modified by the penalties); pairs holds each row's
+  // (token, count) penalty pairs back to back; ids [n_rows] is host memory.
+  // Backends without it (the CPU) return false and the caller samples on the host.
+  virtual bool can_sample() const { return false; }
+  virtual void sample(float* logits, int64_t n_rows, int64_t n_vocab,
+                      std::span<const SampleRow> rows, std::span<const int32_t> pairs,
+                      int32_t* ids) {}
 
   // Called at named points of the forward when set (slow: copies to the host).
   TraceFn trace;

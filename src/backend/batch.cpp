@@ -15,7 +15,7 @@ void Batch::clear() {
   finished_ = false;
 }
 
-void Batch::finish(int32_t block_size) {
+void Batch::finish(int32_t block_size, int32_t table_width) {
   const int32_t n_tok = int32_t(token_ids.size()), n_seq = int32_t(block_tables.size());
   if (positions.size() != token_ids.size() || seq_of.size() != token_ids.size())
     throw std::invalid_argument("batch: token, position and sequence counts differ");
@@ -27,6 +27,11 @@ void Batch::finish(int32_t block_size) {
   a.n_logits = int32_t(logit_rows.size());
   a.block_size = block_size;
   for (auto& t : block_tables) a.max_blocks = std::max(a.max_blocks, int32_t(t.size()));
+  if (table_width > 0) {
+    if (a.max_blocks > table_width)
+      throw std::invalid_argument("batch: a block table is longer than the fixed width");
+    a.max_blocks = table_width;
+  }
 
   packed_.clear();
   auto section = [&](int k, size_t n) {
@@ -55,6 +60,7 @@ void Batch::finish(int32_t block_size) {
     std::fill(row, row + a.max_blocks, -1);
     std::copy(table.begin(), table.end(), row);
   }
+  if (table_width > 0) a.max_ctx = table_width * block_size;
   std::copy(logit_rows.begin(), logit_rows.end(), section(5, logit_rows.size()));
   for (int32_t r : logit_rows)
     if (r < 0 || r >= n_tok) throw std::invalid_argument("batch: a logit row names no token");

@@ -48,7 +48,11 @@ class Batch {
 
   // Derives slots, runs and the dense block table for blocks of block_size
   // tokens; throws std::invalid_argument when a position has no block.
-  void finish(int32_t block_size);
+  // table_width > 0 fixes the table's row length (at least the longest
+  // table), and then max_ctx is the capacity table_width * block_size: the
+  // packed layout and the launch shapes stay the same from step to step, as
+  // a replayed CUDA graph needs.
+  void finish(int32_t block_size, int32_t table_width = 0);
   // All integers of the finished batch in one array, and the view of it
   // whose pointers start at `base` (a copy of packed() in backend memory).
   const std::vector<int32_t>& packed() const { return packed_; }

@@ -14,6 +14,7 @@ struct Weight {
   int64_t n_out = 0;  // rows (1 for vectors)
   int64_t n_in = 0;   // elements per row
   const void* data = nullptr;
+  const void* aux = nullptr;  // a backend's own descriptor of its layout (CUDA), else null
 
   bool empty() const { return data == nullptr; }
   const uint8_t* row(int64_t r) const {

@@ -265,12 +265,13 @@ void register_bench(CLI::App& app) {
                                  "Measure prefill (pp) and decode (tg) speed as llama-bench does, "
                                  "batched throughput, and prefix-cache TTFT");
   static std::string path, parallel;
-  static int n_prompt = 512, n_gen = 128, reps = 3, prefix_ttft = 0;
+  static std::string prompts = "512";
+  static int n_gen = 128, reps = 3, prefix_ttft = 0;
   static bool as_json = false;
   cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
       ->required();
-  cmd->add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp (0 = skip)")
-      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-p,--n-prompt", prompts,
+                  "prompt tokens for pp; a list (512,1024,4096) runs each (0 = skip; default 512)");
   cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")
@@ -284,6 +285,10 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", as_json, "print JSON");
   add_device_options(cmd);
   cmd->callback([] {
+    std::vector<int> pp_sizes;
+    for (auto& n : prompts == "0" ? std::vector<int32_t>{} : parse_ids(prompts))
+      pp_sizes.push_back(n <= (1 << 20) ? n : throw std::runtime_error("-p: at most 1048576"));
+    const int n_prompt = pp_sizes.empty() ? 0 : pp_sizes.front();
     if (!parallel.empty() || prefix_ttft > 0) {
       auto m = ModelPool::global().get(path);
       json results = json::array();
@@ -306,13 +311,16 @@ void register_bench(CLI::App& app) {
     const ModelConfig& c = m->config;
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(c.n_vocab - 1));
-    const int64_t n_ctx = std::max(n_prompt, n_gen) + 1;
-    ModelRunner runner(lm, 1, n_ctx);
+    const int max_pp = pp_sizes.empty() ? 0 : *std::max_element(pp_sizes.begin(), pp_sizes.end());
+    const int32_t n_ctx = std::max(max_pp, n_gen) + 1;
+    // one block of n_ctx tokens; a fixed table width lets a GPU replay decode steps
+    ModelRunner runner(lm, RunnerLimits{1, n_ctx, n_ctx, std::max(1, max_pp), 1});
     using clk = std::chrono::steady_clock;
+    int pp_n = 0;
     auto run_pp = [&] {
-      std::vector<int32_t> ids(static_cast<size_t>(n_prompt));
+      std::vector<int32_t> ids(static_cast<size_t>(pp_n));
       for (auto& x : ids) x = tok(rng);
-      Batch b = one_seq_batch(ids.data(), n_prompt, 0, false);
+      Batch b = one_seq_batch(ids.data(), pp_n, 0, false);
       auto t0 = clk::now();
       runner.execute(b);
       lm->backend().sync();
@@ -320,9 +328,15 @@ void register_bench(CLI::App& app) {
     };
     auto run_tg = [&] {
       int32_t id = tok(rng);
+      const SampleRow greedy;  // temperature 0
       auto t0 = clk::now();
       for (int i = 0; i < n_gen; ++i) {
         Batch b = one_seq_batch(&id, 1, i, true);
+        if (runner.can_sample()) {  // on the device: only the id comes back
+          runner.run(b);
+          runner.sample({&greedy, 1}, {}, &id);
+          continue;
+        }
         std::span<float> logits = runner.execute(b);
         id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
@@ -351,7 +365,10 @@ void register_bench(CLI::App& app) {
                    arch_name(c.arch), types, double(m->n_params) / 1e6, cpu::n_threads(),
                    lm->backend().name(), test, r.first, r.second);
     };
-    if (n_prompt > 0) report(fmt::format("pp{}", n_prompt), measure(run_pp, n_prompt));
+    for (int n : pp_sizes) {
+      pp_n = n;
+      report(fmt::format("pp{}", n), measure(run_pp, n));
+    }
     if (n_gen > 0) report(fmt::format("tg{}", n_gen), measure(run_tg, n_gen));
     if (as_json)
       fmt::print("{}\n", json{{"model", path},

@@ -232,15 +232,17 @@ void register_serve(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("serve", "Serve models over an OpenAI- and Ollama-compatible HTTP API");
   static server::ServerConfig cfg;
-  static size_t kv_mib = 512;
+  static size_t kv_mib = 0;
   static int n_ctx = 4096;
   cmd->add_option("--model,-m", cfg.default_model,
                   "the model served by default and loaded at start (default: smollm2)");
   cmd->add_option("--host", cfg.host, "address to bind (default 127.0.0.1)");
   cmd->add_option("--port", cfg.port, "port (default 8080)")->check(CLI::Range(1, 65535));
   cmd->add_option("--api-key", cfg.api_key, "require Authorization: Bearer KEY (env WICK_API_KEY)");
-  cmd->add_option("--kv-memory", kv_mib, "KV cache memory per model in MiB (default 512)")
-      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--kv-memory", kv_mib,
+                  "KV cache memory per model in MiB (default: 512 on the CPU, on a GPU 90% of "
+                  "what --gpu-memory-fraction leaves after the weights)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--ctx-size,-c", n_ctx,
                   "longest sequence, prompt and output (default 4096, at most the model's)")
       ->check(CLI::Range(16, 1 << 24));

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Environment:\n"
       "  WICK_THREADS             worker threads for CPU kernels (default: all cores)\n"
-      "  WICK_ISA                 force a CPU kernel set: generic, avx2 or avx512 (default: best available)\n"
+      "  WICK_ISA                 force a CPU kernel set: generic, avx2 or avx512 (default: best "
+      "available)\n"
       "  WICK_LOG                 log level: trace, debug, info, warn, error, off (default: info)\n"
       "  WICK_PREFILL_CHUNK_SIZE  prompt tokens per prefill step; 0 = one pass (default: 512)\n"
       "  WICK_MAX_LOADED_MODELS   models kept loaded at once (default: 2)\n"

@@ -26,14 +26,61 @@ uint64_t model_identity(const LoadedModel& m) {
   return XXH3_64bits(key.data(), key.size());
 }
 
-int32_t blocks_for(const ModelConfig& c, const EngineConfig& cfg) {
+// Blocks that fit the KV budget: kv_bytes, or when 0, 512 MiB on the CPU and
+// 90% of what the GPU budget leaves after the weights.
+int32_t blocks_for(const LoadedModel& m, const EngineConfig& cfg) {
   if (cfg.n_blocks > 0) return cfg.n_blocks;
+  const ModelConfig& c = m.config();
+  const Backend& be = m.backend();
   const size_t per_block =
-      size_t(c.n_layer) * 2 * size_t(cfg.block_size) * size_t(c.kv_dim()) * sizeof(float);
-  // (the KV store's element may be smaller on a GPU; the budget stays conservative)
-  return int32_t(std::max<size_t>(1, cfg.kv_bytes / per_block));
+      size_t(c.n_layer) * 2 * size_t(cfg.block_size) * row_bytes(be.kv_dtype(), c.kv_dim());
+  size_t bytes = cfg.kv_bytes;
+  if (bytes == 0) bytes = be.kv_budget() > 0 ? be.kv_budget() / 10 * 9 : size_t(512) << 20;
+  return int32_t(std::min<size_t>(std::max<size_t>(1, bytes / per_block), 1 << 24));
+}
+
+RunnerLimits runner_limits(const LoadedModel& m, const EngineConfig& cfg, int32_t n_blocks) {
+  RunnerLimits l;
+  l.n_blocks = n_blocks;
+  l.block_size = cfg.block_size;
+  l.n_ctx = std::min<int32_t>(cfg.n_ctx, int32_t(m.config().n_ctx_train));
+  l.max_tokens = cfg.max_batch_tokens;
+  l.max_logit_rows = cfg.max_seqs;
+  return l;
 }
 }  // namespace
+
+// The backend's sampling parameters for one sequence, with the distinct
+// tokens of its penalty window and their counts appended to `pairs`.
+static SampleRow device_sample_row(const SamplingParams& p, std::span<const int32_t> history,
+                                   int32_t n_generated, std::vector<int32_t>& pairs) {
+  SampleRow r;
+  r.temperature = p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.repeat_penalty = p.repeat_penalty;
+  r.presence_penalty = p.presence_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  r.seed = p.seed;
+  r.counter = uint64_t(n_generated);
+  r.penalty_first = int32_t(pairs.size() / 2);
+  if (p.repeat_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f) {
+    size_t n = history.size();
+    if (p.repeat_last_n > 0) n = std::min(n, size_t(p.repeat_last_n));
+    std::vector<int32_t> window(history.end() - long(n), history.end());
+    std::sort(window.begin(), window.end());
+    for (size_t i = 0; i < window.size();) {
+      size_t j = i;
+      while (j < window.size() && window[j] == window[i]) ++j;
+      pairs.push_back(window[i]);
+      pairs.push_back(int32_t(j - i));
+      i = j;
+    }
+  }
+  r.n_penalty = int32_t(pairs.size() / 2) - r.penalty_first;
+  return r;
+}
 
 EngineConfig EngineConfig::from_env() {
   EngineConfig c;
@@ -70,9 +117,8 @@ struct Engine::Sequence {
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
     : model_(std::move(model)),
       cfg_(cfg),
-      pool_(blocks_for(model_->model->config, cfg), cfg.block_size, model_identity(*model_),
-            cfg.prefix_cache),
-      runner_(model_, pool_.n_blocks(), cfg.block_size) {
+      pool_(blocks_for(*model_, cfg), cfg.block_size, model_identity(*model_), cfg.prefix_cache),
+      runner_(model_, runner_limits(*model_, cfg, pool_.n_blocks())) {
   cfg_.n_ctx = std::min<int32_t>(cfg_.n_ctx, int32_t(model_->model->config.n_ctx_train));
 }
 
@@ -284,18 +330,43 @@ bool Engine::step() {
     }
     if (last) sampled.push_back(&s);
   }
-  std::span<float> logits = runner_.execute(batch_);
+  runner_.run(batch_);
   for (auto& w : work) {
     w.s->num_computed += w.n;
     if (w.s->num_computed <= w.s->n_prompt) w.s->result.n_prefilled += w.n;
     commit_full_blocks(*w.s);
   }
-  // Sample, stream, and retire finished sequences.
+  // Sample, stream, and retire finished sequences. Rows that need the
+  // distribution on the host (log-probabilities, first logits) are copied
+  // before the backend samples the rest in place.
   const size_t V = size_t(model_->model->config.n_vocab);
+  auto needs_host = [](const Sequence& s) {
+    return s.req.top_logprobs >= 0 || (s.req.keep_first_logits && !s.got_first);
+  };
+  std::vector<int32_t> chosen(sampled.size(), -1);
+  std::vector<std::vector<float>> host_rows(sampled.size());
+  if (runner_.can_sample()) {
+    std::vector<SampleRow> rows(sampled.size());
+    std::vector<int32_t> pairs;
+    for (size_t r = 0; r < sampled.size(); ++r) {
+      const Sequence& s = *sampled[r];
+      if (needs_host(s)) {
+        auto row = runner_.logits_row(r);
+        host_rows[r].assign(row.begin(), row.end());
+      }
+      rows[r] = device_sample_row(s.req.sampling, s.tokens, int32_t(s.result.tokens.size()), pairs);
+    }
+    runner_.sample(rows, pairs, chosen.data());
+  }
   std::vector<int64_t> done;
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = *sampled[r];
-    std::span<float> row = logits.subspan(r * V, V);
+    if (chosen[r] >= 0 && !needs_host(s)) {
+      if (!on_token(s, chosen[r])) done.push_back(s.id);
+      continue;
+    }
+    std::span<float> row =
+        host_rows[r].empty() ? runner_.logits_row(r) : std::span<float>(host_rows[r]);
     if (s.req.keep_first_logits && !s.got_first)
       s.result.first_logits.assign(row.begin(), row.end());
     // log-probabilities of the model's distribution, before penalties and filters

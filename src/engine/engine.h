@@ -25,8 +25,8 @@ namespace wick {
 
 struct EngineConfig {
   int32_t block_size = 16;
-  size_t kv_bytes = 512ull << 20;  // KV memory budget; sets the block count
-  int32_t n_blocks = 0;            // if > 0, overrides kv_bytes
+  size_t kv_bytes = 0;   // KV memory budget; 0: 512 MiB on the CPU, the GPU's free budget on a GPU
+  int32_t n_blocks = 0;  // if > 0, overrides kv_bytes
   int32_t max_batch_tokens = 512;  // tokens per step (decodes + prefill chunks)
   int32_t max_seqs = 64;           // running sequences at once
   int32_t n_ctx = 4096;            // longest sequence (prompt + generated)

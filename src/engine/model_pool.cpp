@@ -60,6 +60,7 @@ std::vector<int32_t> find_eog(const LoadedModel& lm) {
 
 size_t path_bytes(const std::string& path) {
   std::error_code ec;
+  if (path.rfind("shaped:", 0) == 0) return 0;
   if (!fs::is_directory(path)) return size_t(fs::file_size(path, ec));
   size_t n = 0;
   for (auto& e : fs::directory_iterator(path, ec))

@@ -1,29 +1,79 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 namespace wick {
 
-ModelRunner::ModelRunner(std::shared_ptr<const LoadedModel> model, int64_t n_blocks,
-                         int64_t block_size)
+ModelRunner::ModelRunner(std::shared_ptr<const LoadedModel> model, const RunnerLimits& lim)
     : model_(std::move(model)),
-      kv_(model_->backend().make_kv(model_->config().n_layer, n_blocks, block_size,
-                                    model_->config().kv_dim())) {}
+      lim_(lim),
+      kv_(model_->backend().make_kv(model_->config().n_layer, lim.n_blocks, lim.block_size,
+                                    model_->config().kv_dim())) {
+  Backend& be = model_->backend();
+  if (lim_.max_tokens > 0 || lim_.max_logit_rows > 0)
+    scratch_.reserve(be, model_->config(), std::max(1, lim_.max_tokens),
+                     std::max(1, lim_.max_logit_rows));
+  if (lim_.max_logit_rows > 0) device_logits(size_t(lim_.max_logit_rows));
+}
 
 ModelRunner::~ModelRunner() {
   scratch_ = ForwardScratch{};  // frees its buffers while the backend is alive
 }
 
-std::span<float> ModelRunner::execute(Batch& b) {
+float* ModelRunner::device_logits(size_t n_rows) {
   Backend& be = model_->backend();
-  const size_t V = size_t(model_->config().n_vocab), n = b.logit_rows.size();
-  logits_host_.resize(std::max<size_t>(1, n) * V);
-  float* out = logits_host_.data();
-  if (be.device() != Device::Cpu) {  // logits land in device memory first
-    if (logits_dev_.bytes() < n * V * 4) logits_dev_ = be.alloc(std::max<size_t>(1, n) * V * 4);
-    out = logits_dev_.as<float>();
+  const size_t V = size_t(model_->config().n_vocab);
+  n_rows = std::max<size_t>(1, n_rows);
+  if (logits_host_.size() < n_rows * V) logits_host_.resize(n_rows * V);
+  if (be.device() == Device::Cpu) return logits_host_.data();
+  if (logits_dev_.bytes() < n_rows * V * 4) logits_dev_ = be.alloc(n_rows * V * 4);
+  return logits_dev_.as<float>();
+}
+
+void ModelRunner::run(Batch& b) {
+  n_rows_ = b.logit_rows.size();
+  float* out = device_logits(n_rows_);
+  ForwardOptions opt;
+  const int64_t bs = kv_->block_size;
+  if (lim_.n_ctx > 0) opt.table_width = int32_t((lim_.n_ctx + bs - 1) / bs + 1);
+  // A pure decode step (each sequence one token, all wanting logits) is
+  // recorded once per batch size and replayed.
+  const bool decode = b.n_tokens() > 0 && size_t(b.n_tokens()) == b.block_tables.size() &&
+                      size_t(b.n_tokens()) == n_rows_;
+  if (decode && opt.table_width > 0)
+    opt.graph_key = (uint64_t(reinterpret_cast<uintptr_t>(this)) << 16) ^ uint64_t(b.n_tokens());
+  forward(*model_->device, model_->config(), b, *kv_, scratch_, out, opt);
+  row_on_host_.assign(n_rows_, model_->backend().device() == Device::Cpu);
+}
+
+std::span<float> ModelRunner::logits_row(size_t r) {
+  const size_t V = size_t(model_->config().n_vocab);
+  if (!row_on_host_[r]) {
+    model_->backend().copy_to_host(logits_host_.data() + r * V, logits_dev_.as<float>() + r * V,
+                                   V * 4);
+    row_on_host_[r] = 1;
   }
-  forward(*model_->device, model_->config(), b, *kv_, scratch_, out);
-  if (out != logits_host_.data()) be.copy_to_host(logits_host_.data(), out, n * V * 4);
-  return {logits_host_.data(), n * V};
+  return {logits_host_.data() + r * V, V};
+}
+
+std::span<float> ModelRunner::execute(Batch& b) {
+  run(b);
+  const size_t V = size_t(model_->config().n_vocab);
+  if (n_rows_ && !row_on_host_[0]) {  // one copy for all rows
+    model_->backend().copy_to_host(logits_host_.data(), logits_dev_.data(), n_rows_ * V * 4);
+    std::fill(row_on_host_.begin(), row_on_host_.end(), 1);
+  }
+  return {logits_host_.data(), n_rows_ * V};
+}
+
+bool ModelRunner::can_sample() const {
+  return model_->backend().can_sample();
+}
+
+void ModelRunner::sample(std::span<const SampleRow> rows, std::span<const int32_t> pairs,
+                         int32_t* ids) {
+  model_->backend().sample(logits_dev_.as<float>(), int64_t(rows.size()), model_->config().n_vocab,
+                           rows, pairs, ids);
 }
 
 }  // namespace wick

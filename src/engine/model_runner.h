@@ -1,6 +1,7 @@
 // Runs flat batches through one model on its backend: owns the KV store,
 // the activation scratch and the logits, so that the engine and sessions
-// schedule and sample without touching tensors.
+// schedule and sample without touching tensors. On a GPU, decode steps are
+// recorded as CUDA graphs (one per batch size) and replayed.
 #pragma once
 
 #include <memory>
@@ -10,25 +11,46 @@
 
 namespace wick {
 
+struct RunnerLimits {
+  int64_t n_blocks = 1, block_size = 16;  // the KV store
+  int32_t n_ctx = 0;           // longest sequence; > 0 fixes the block-table width (graphs)
+  int32_t max_tokens = 0;      // tokens per step, to size buffers up front (0: on demand)
+  int32_t max_logit_rows = 0;  // logits rows per step, likewise
+};
+
 class ModelRunner {
  public:
-  // A KV store of n_blocks blocks of block_size tokens on the model's backend.
-  ModelRunner(std::shared_ptr<const LoadedModel> model, int64_t n_blocks, int64_t block_size);
+  ModelRunner(std::shared_ptr<const LoadedModel> model, const RunnerLimits& lim);
+  ModelRunner(std::shared_ptr<const LoadedModel> model, int64_t n_blocks, int64_t block_size)
+      : ModelRunner(std::move(model), RunnerLimits{n_blocks, block_size}) {}
   ~ModelRunner();
 
-  // Runs `b` (its K/V into the store); returns the logits of its logit rows
-  // on the host, [n_logits, n_vocab], valid until the next call.
+  // Runs `b` (its K/V into the store). The logits of its logit rows stay in
+  // backend memory until asked for.
+  void run(Batch& b);
+  // Row r of the last step's logits on the host (copied on first use).
+  std::span<float> logits_row(size_t r);
+  // All of them, [n_logits, n_vocab]: run() then every row.
   std::span<float> execute(Batch& b);
+  // One token per logits row chosen on the backend, when it can
+  // (Backend::sample); rows may be sampled after logits_row() copies.
+  bool can_sample() const;
+  void sample(std::span<const SampleRow> rows, std::span<const int32_t> pairs, int32_t* ids);
 
   int64_t n_blocks() const { return kv_->n_blocks(); }
   int64_t block_size() const { return kv_->block_size; }
 
  private:
+  float* device_logits(size_t n_rows);
+
   std::shared_ptr<const LoadedModel> model_;
+  RunnerLimits lim_;
   std::unique_ptr<KvStore> kv_;
   ForwardScratch scratch_;
   Buffer logits_dev_;               // backend memory (unused on the CPU)
   std::vector<float> logits_host_;  // [n_logits, n_vocab]
+  std::vector<uint8_t> row_on_host_;
+  size_t n_rows_ = 0;
 };
 
 }  // namespace wick

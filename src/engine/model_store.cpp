@@ -17,7 +17,7 @@ std::string model_store_dir() {
 }
 
 std::string resolve_model(const std::string& model) {
-  if (fs::exists(model)) return model;
+  if (fs::exists(model) || model.rfind("shaped:", 0) == 0) return model;  // shaped: made in memory
   const fs::path store = model_store_dir();
   const bool plain_name = model.find('/') == std::string::npos && !model.empty();
   if (plain_name) {

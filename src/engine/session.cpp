@@ -71,7 +71,7 @@ Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx)
     : model_(std::move(model)),
       n_ctx_(std::max<int32_t>(
           1, std::min<int32_t>(n_ctx, int32_t(model_->model->config.n_ctx_train)))),
-      runner_(model_, 1, n_ctx_) {
+      runner_(model_, RunnerLimits{1, n_ctx_, n_ctx_, 0, 1}) {
   logits_.resize(size_t(model_->model->config.n_vocab));
 }
 

@@ -100,16 +100,12 @@ void moe_mlp(Backend& be, const ModelConfig& c, const LayerWeights& l, int64_t n
 
 }  // namespace
 
-void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& batch, KvStore& kv,
-             ForwardScratch& s, float* logits) {
-  const int64_t T = batch.n_tokens(), D = c.n_embd, hd = c.head_dim;
-  for (int32_t id : batch.token_ids)
-    if (id < 0 || id >= c.n_vocab)
-      throw_model("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
-  batch.finish(int32_t(kv.block_size));
-  const int64_t n_out = int64_t(batch.logit_rows.size());
-  s.reserve(be, c, T, n_out);
-  const BatchArgs b = be.upload(batch);
+namespace {
+
+// The kernels of one step (no host synchronisation: it may be recorded).
+void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const BatchArgs& b,
+                KvStore& kv, ForwardScratch& s, float* logits) {
+  const int64_t T = b.n_tokens, D = c.n_embd, hd = c.head_dim, n_out = b.n_logits;
   const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window};
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
         *v = s.v.as<float>(), *attn = s.attn.as<float>(), *proj = s.proj.as<float>();
@@ -124,14 +120,11 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
     else
       be.add_rmsnorm(x, proj, l.attn_norm.f32(), T, D, c.rms_eps, xn);
     trace(be, "attn_norm", il, s.xn, T, D);
-    be.matmul(l.wq, xn, T, q);
-    be.matmul(l.wk, xn, T, k);
-    be.matmul(l.wv, xn, T, v);
-    if (c.qkv_bias) {
-      be.add_bias(q, l.bq.f32(), T, c.q_dim());
-      be.add_bias(k, l.bk.f32(), T, c.kv_dim());
-      be.add_bias(v, l.bv.f32(), T, c.kv_dim());
-    }
+    const Weight* wqkv[3] = {&l.wq, &l.wk, &l.wv};
+    const float* bqkv[3] = {nullptr, nullptr, nullptr};
+    if (c.qkv_bias) bqkv[0] = l.bq.f32(), bqkv[1] = l.bk.f32(), bqkv[2] = l.bv.f32();
+    float* qkv[3] = {q, k, v};
+    be.matmul_qkv(wqkv, bqkv, xn, T, qkv);
     if (c.qk_norm) {
       be.rmsnorm(q, l.q_norm.f32(), T * c.n_head, hd, c.rms_eps, q);
       be.rmsnorm(k, l.k_norm.f32(), T * c.n_head_kv, hd, c.rms_eps, k);
@@ -159,6 +152,33 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
   be.gather_logit_rows(x, b, D, xn);
   be.rmsnorm(xn, W.output_norm.f32(), n_out, D, c.rms_eps, s.final_rows.as<float>());
   be.matmul(W.output, s.final_rows.as<float>(), n_out, logits);
+}
+
+}  // namespace
+
+void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& batch, KvStore& kv,
+             ForwardScratch& s, float* logits, const ForwardOptions& opt) {
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= c.n_vocab)
+      throw_model("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
+  batch.finish(int32_t(kv.block_size), opt.table_width);
+  s.reserve(be, c, batch.n_tokens(), int64_t(batch.logit_rows.size()));
+  const BatchArgs b = be.upload(batch);
+  const uint64_t key = be.can_graph() && opt.table_width > 0 ? opt.graph_key : 0;
+  if (key) {
+    if (be.replay(key)) return;
+    auto& seen = s.graph_keys_seen;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      // the second time this shape comes: record it (buffers are sized by now)
+      be.capture_begin();
+      run_layers(be, c, W, b, kv, s, logits);
+      be.capture_end(key);
+      be.replay(key);
+      return;
+    }
+    seen.push_back(key);
+  }
+  run_layers(be, c, W, b, kv, s, logits);
 }
 
 }  // namespace wick

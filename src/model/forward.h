@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/model.h"
@@ -25,7 +26,16 @@ struct ForwardScratch {
   Buffer router, moe_w, moe_ids;                // [n_tokens, n_expert], [n_tokens, k] x 2
   Buffer final_rows;                            // [n_logits, n_embd]
   Buffer inv_freq;                              // [head_dim / 2]
+  std::vector<uint64_t> graph_keys_seen;        // steps run once: recorded the next time
   void reserve(Backend& be, const ModelConfig& c, int64_t n_tokens, int64_t n_logits);
+};
+
+struct ForwardOptions {
+  int32_t table_width = 0;  // a fixed block-table width (see Batch::finish); 0 = the batch's
+  // Non-zero: the step may be recorded as a graph under this key and replayed
+  // for later steps with the same key (the caller keys on everything that
+  // shapes the step: token count, buffers; table_width must be fixed).
+  uint64_t graph_key = 0;
 };
 
 // Runs `b` through the model on `be`: writes each token's K/V into `kv` and
@@ -33,10 +43,10 @@ struct ForwardScratch {
 // memory). Throws ModelError for a batch the model cannot take (token id out
 // of range). `w` must have been prepared on `be`.
 void forward(Backend& be, const ModelConfig& c, const ModelWeights& w, Batch& b, KvStore& kv,
-             ForwardScratch& s, float* logits);
+             ForwardScratch& s, float* logits, const ForwardOptions& opt = {});
 inline void forward(const DeviceModel& dm, const ModelConfig& c, Batch& b, KvStore& kv,
-                    ForwardScratch& s, float* logits) {
-  forward(*dm.backend, c, dm.weights, b, kv, s, logits);
+                    ForwardScratch& s, float* logits, const ForwardOptions& opt = {}) {
+  forward(*dm.backend, c, dm.weights, b, kv, s, logits, opt);
 }
 
 // The RoPE inverse frequencies of a config (with its scaling factors).

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "io/error.h"
+#include "model/shaped.h"
 
 namespace wick {
 
@@ -216,6 +217,7 @@ std::string hf_tokenizer_kind(const fs::path& dir) {
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& path) {
+  if (is_shaped_name(path)) return make_shaped_model(path);
   auto m = std::make_unique<Model>();
   m->path = path;
   if (fs::is_directory(path)) {

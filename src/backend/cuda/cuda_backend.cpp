@@ -1,0 +1,407 @@
+// CudaBackend: device memory, weights uploaded once in their stored type
+// (repacked, see gpu_weight.h), an f16 (or f32) KV cache, one stream, and
+// CUDA graphs for repeated step shapes.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <unordered_map>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/repack.h"
+
+namespace wick {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::string cuda_status() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cudaGetErrorString(e);
+  }
+  std::string s = std::to_string(n) + " device(s)";
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) == cudaSuccess) s += std::string(", ") + p.name;
+  }
+  return s;
+}
+
+namespace {
+
+using cuda::GpuWeight;
+
+double mib(size_t b) {
+  return double(b) / double(1 << 20);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& opt) : opt_(opt) {
+    WICK_CUDA_CHECK(cudaSetDevice(opt.gpu_index));
+    cudaDeviceProp p{};
+    WICK_CUDA_CHECK(cudaGetDeviceProperties(&p, opt.gpu_index));
+    name_ = fmt::format("cuda ({}, sm_{}{})", p.name, p.major, p.minor);
+    if (p.major < 8)
+      throw std::runtime_error(name_ +
+                               ": wick's CUDA kernels need compute capability 8.0 or newer");
+    WICK_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    size_t free_b = 0, total_b = 0;
+    WICK_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    budget_ = size_t(double(total_b) * opt.gpu_memory_fraction);
+    if (budget_ > free_b) budget_ = free_b;
+    WICK_CUDA_CHECK(cudaMallocHost(&pinned_, kPinnedBytes));
+    WICK_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    spdlog::debug("{}: {:.0f} MiB of {:.0f} MiB usable", name_, mib(budget_), mib(total_b));
+  }
+  ~CudaBackend() override {
+    drop_graphs();
+    for (auto& [k, b] : expert_tables_) b.reset();
+    owned_.clear();
+    batch_buf_.reset();
+    cudaEventDestroy(upload_done_);
+    cudaFreeHost(pinned_);
+    cudaStreamDestroy(st_);
+  }
+
+  std::string name() const override { return name_; }
+  Device device() const override { return Device::Cuda; }
+
+  Buffer alloc(size_t bytes) override {
+    bytes = std::max<size_t>(bytes, 16);
+    if (used_ + bytes > budget_)
+      throw std::runtime_error(fmt::format(
+          "out of GPU memory: {:.1f} MiB more would pass the budget of {:.0f} MiB ({:.0f} MiB in "
+          "use); raise --gpu-memory-fraction, shorten --ctx-size / --kv-memory, or use a smaller "
+          "or quantized model",
+          mib(bytes), mib(budget_), mib(used_)));
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw std::runtime_error(
+          fmt::format("out of GPU memory: cudaMalloc of {:.1f} MiB failed ({})", mib(bytes),
+                      cudaGetErrorString(e)));
+    }
+    used_ += bytes;
+    sizes_[p] = bytes;
+    return Buffer(this, p, bytes);
+  }
+  void release(void* p) override {
+    drop_graphs();  // a recorded graph may point into this memory
+    cudaStreamSynchronize(st_);
+    if (auto it = sizes_.find(p); it != sizes_.end()) {
+      used_ -= it->second;
+      sizes_.erase(it);
+    }
+    cudaFree(p);
+  }
+  void copy_to_device(void* dst, const void* src, size_t n) override {
+    WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, st_));
+    WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, st_));
+    WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
+  }
+  void sync() override { WICK_CUDA_CHECK(cudaStreamSynchronize(st_)); }
+  // What is left of the budget, and no more than the device has free now
+  // (another model may share the GPU).
+  size_t kv_budget() const override {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
+    const size_t left = budget_ > used_ ? budget_ - used_ : 0;
+    return std::max<size_t>(1, std::min(left, free_b / 10 * 9));
+  }
+
+  Weight prepare_matrix(const Weight& host) override {
+    cuda::Repacked r = cuda::repack(host, opt_.gpu_f32);
+    GpuWeight& g = descs_.emplace_back();
+    g.fmt = r.fmt;
+    g.n_out = r.n_out;
+    g.n_in = r.n_in;
+    g.k_pad = r.k_pad;
+    g.group = r.group;
+    g.q = upload_owned(r.q.data(), r.q.size());
+    if (!r.scale.empty())
+      g.scale = static_cast<const float*>(upload_owned(r.scale.data(), r.scale.size() * 4));
+    if (!r.min.empty())
+      g.min = static_cast<const float*>(upload_owned(r.min.data(), r.min.size() * 4));
+    Weight w = host;
+    w.data = g.q;
+    w.aux = &g;
+    return w;
+  }
+  Weight prepare_vector(const Weight& host) override {
+    Weight w = host;
+    w.data = upload_owned(host.data, size_t(host.n_in) * 4);
+    return w;
+  }
+  void prepare_experts(std::span<const ExpertWeights> host, std::span<ExpertWeights> out) override {
+    std::vector<GpuWeight> table;
+    for (size_t e = 0; e < host.size(); ++e) {
+      out[e].gate = prepare_matrix(host[e].gate);
+      out[e].up = prepare_matrix(host[e].up);
+      out[e].down = prepare_matrix(host[e].down);
+      for (const Weight* w : {&out[e].gate, &out[e].up, &out[e].down}) table.push_back(desc(*w));
+    }
+    Buffer b = alloc(table.size() * sizeof(GpuWeight));
+    copy_to_device(b.data(), table.data(), table.size() * sizeof(GpuWeight));
+    expert_tables_[out[0].gate.aux] = std::move(b);
+  }
+
+  DType kv_dtype() const override { return opt_.gpu_f32 ? DType::F32 : DType::F16; }
+  std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
+                                   int64_t kv_dim) override {
+    auto kv = std::make_unique<KvStore>();
+    kv->n_layer = n_layer;
+    kv->n_slots = n_blocks * block_size;
+    kv->kv_dim = kv_dim;
+    kv->block_size = block_size;
+    kv->dtype = kv_dtype();
+    const size_t bytes = size_t(n_layer) * kv->layer_bytes();
+    kv->k = alloc(bytes);
+    kv->v = alloc(bytes);
+    WICK_CUDA_CHECK(cudaMemsetAsync(kv->k.data(), 0, bytes, st_));
+    WICK_CUDA_CHECK(cudaMemsetAsync(kv->v.data(), 0, bytes, st_));
+    return kv;
+  }
+
+  BatchArgs upload(const Batch& b) override {
+    const auto& ints = b.packed();
+    const size_t bytes = ints.size() * 4;
+    if (bytes > kPinnedBytes)
+      throw std::runtime_error("batch too large for the CUDA upload buffer");
+    if (batch_buf_.bytes() < bytes) batch_buf_ = alloc(std::max<size_t>(bytes * 2, 64 << 10));
+    // the previous upload must have left the pinned buffer before it is reused
+    WICK_CUDA_CHECK(cudaEventSynchronize(upload_done_));
+    std::memcpy(pinned_, ints.data(), bytes);
+    WICK_CUDA_CHECK(
+        cudaMemcpyAsync(batch_buf_.data(), pinned_, bytes, cudaMemcpyHostToDevice, st_));
+    WICK_CUDA_CHECK(cudaEventRecord(upload_done_, st_));
+    return b.args(batch_buf_.as<int32_t>());
+  }
+
+  bool can_graph() const override { return !trace && !opt_.gpu_f32; }
+  bool replay(uint64_t key) override {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    WICK_CUDA_CHECK(cudaGraphLaunch(it->second, st_));
+    return true;
+  }
+  void capture_begin() override {
+    WICK_CUDA_CHECK(cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal));
+  }
+  void capture_end(uint64_t key) override {
+    cudaGraph_t g = nullptr;
+    WICK_CUDA_CHECK(cudaStreamEndCapture(st_, &g));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    WICK_CUDA_CHECK(e);
+    graphs_[key] = exec;
+  }
+
+  // ---- kernels ----
+  void embed(const Weight& tok, const BatchArgs& b, float* out) override {
+    cuda::embed(desc(tok), b.token_ids, b.n_tokens, out, st_);
+  }
+  void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+               float* y) override {
+    cuda::rmsnorm(x, w, int(n_rows), int(n), eps, y, st_);
+  }
+  void add_rmsnorm(float* x, const float* r, const float* w, int64_t n_rows, int64_t n, float eps,
+                   float* y) override {
+    cuda::add_rmsnorm(x, r, w, int(n_rows), int(n), eps, y, st_);
+  }
+  void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
+    const cuda::MatmulJob job{&desc(w), y, nullptr};
+    cuda::matmul(&job, 1, x, int(n_rows), st_);
+  }
+  void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
+                  float* out[3]) override {
+    cuda::MatmulJob jobs[3];
+    for (int i = 0; i < 3; ++i) jobs[i] = {&desc(*w[i]), out[i], bias[i]};
+    cuda::matmul(jobs, 3, x, int(n_rows), st_);
+  }
+  void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
+                      float* g, float* u) override {
+    const GpuWeight &dg = desc(gate), &du = desc(up);
+    if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group) {
+      Backend::matmul_gate_up(gate, up, x, n_rows, g, u);  // two products, then silu * up
+      return;
+    }
+    cuda::matmul_gate_up(dg, du, x, int(n_rows), g, st_);
+  }
+  void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
+    cuda::add_bias(y, b, int(n_rows), int(n), st_);
+  }
+  void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, st_); }
+  void silu_mul(float* gate, const float* up, int64_t n) override {
+    cuda::silu_mul(gate, up, n, st_);
+  }
+  void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
+            const float* inv_freq) override {
+    cuda::rope(x, b.positions, b.n_tokens, int(n_heads), int(head_dim), inv_freq, st_);
+  }
+  void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
+                const float* v) override {
+    cuda::kv_write(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
+                   b.slots, b.n_tokens, int(kv.kv_dim), st_);
+  }
+  void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
+                     const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
+    cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
+                        b.slots, b.positions, b.n_tokens, int(s.n_head), int(s.n_head_kv),
+                        int(s.head_dim), inv_freq, st_);
+  }
+  void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
+                 const AttnShape& s, float* out) override {
+    const size_t need = cuda::attention_partial_floats(b, int(s.n_head), int(s.head_dim));
+    if (kv.dtype == DType::F16 && partial_.bytes() < need * 4) partial_ = alloc(need * 4 * 5 / 4);
+    cuda::AttnArgs a{q,
+                     kv.k_layer<void>(il),
+                     kv.v_layer<void>(il),
+                     out,
+                     partial_.as<float>(),
+                     int(s.n_head),
+                     int(s.n_head_kv),
+                     int(s.head_dim),
+                     int(s.sliding_window),
+                     kv.dtype == DType::F16};
+    cuda::attention(a, b, st_);
+  }
+  void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
+                 int32_t* ids, float* w) override {
+    cuda::moe_route(logits, int(n_tokens), int(n_expert), int(k), norm, ids, w, st_);
+  }
+  void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens, int64_t k,
+               const int32_t* ids, const float* w, float* out) override {
+    const GpuWeight &gate = desc(experts[0].gate), &down = desc(experts[0].down);
+    if (gate.fmt == cuda::Fmt::F32)
+      return moe_mlp_host_routed(experts, x, n_tokens, k, ids, w, out);
+    const int E = int(experts.size());
+    const size_t nf = cuda::moe_scratch_floats(int(n_tokens), int(k), down.n_out, gate.n_out);
+    const size_t ni = cuda::moe_scratch_ints(int(n_tokens), int(k), E);
+    if (moe_f_.bytes() < nf * 4) moe_f_ = alloc(nf * 4);
+    if (moe_i_.bytes() < ni * 4) moe_i_ = alloc(ni * 4);
+    const auto* table = expert_tables_.at(experts[0].gate.aux).as<GpuWeight>();
+    cuda::moe_mlp(table, E, gate, down, x, int(n_tokens), int(k), ids, w, out, moe_f_.as<float>(),
+                  moe_i_.as<int32_t>(), st_);
+  }
+  bool can_sample() const override { return true; }
+  void sample(float* logits, int64_t n_rows, int64_t n_vocab, std::span<const SampleRow> rows,
+              std::span<const int32_t> pairs, int32_t* ids) override {
+    if (n_rows <= 0) return;
+    // rows, pairs and the ids travel in one device buffer
+    const size_t rows_b = (rows.size_bytes() + 15) / 16 * 16,
+                 pairs_b = (pairs.size_bytes() + 15) / 16 * 16;
+    const size_t ids_b = size_t(n_rows) * 4,
+                 scratch_b = cuda::sample_scratch_bytes(int(n_rows), int(n_vocab));
+    const size_t total = rows_b + pairs_b + ids_b + 16 + scratch_b;
+    if (sample_buf_.bytes() < total) sample_buf_ = alloc(total * 2);
+    auto* base = sample_buf_.as<uint8_t>();
+    std::vector<uint8_t> host(rows_b + pairs_b);
+    std::memcpy(host.data(), rows.data(), rows.size_bytes());
+    if (!pairs.empty()) std::memcpy(host.data() + rows_b, pairs.data(), pairs.size_bytes());
+    WICK_CUDA_CHECK(cudaMemcpyAsync(base, host.data(), host.size(), cudaMemcpyHostToDevice, st_));
+    auto* d_ids = reinterpret_cast<int32_t*>(base + rows_b + pairs_b);
+    void* scratch = base + (rows_b + pairs_b + ids_b + 15) / 16 * 16;
+    cuda::sample(logits, int(n_rows), int(n_vocab), reinterpret_cast<const SampleRow*>(base),
+                 reinterpret_cast<const int32_t*>(base + rows_b), d_ids, scratch, st_);
+    copy_to_host(ids, d_ids, ids_b);
+  }
+  void gather_logit_rows(const float* x, const BatchArgs& b, int64_t n, float* out) override {
+    cuda::gather_rows(x, b.logit_rows, b.n_logits, int(n), out, st_);
+  }
+
+ private:
+  static constexpr size_t kPinnedBytes = 16 << 20;
+
+  const GpuWeight& desc(const Weight& w) const {
+    if (!w.aux) throw std::logic_error("a weight not prepared by the CUDA backend");
+    return *static_cast<const GpuWeight*>(w.aux);
+  }
+  const void* upload_owned(const void* src, size_t bytes) {
+    Buffer& b = owned_.emplace_back(alloc(bytes));
+    copy_to_device(b.data(), src, bytes);
+    return b.data();
+  }
+  void drop_graphs() {
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+  }
+  // f32 experts (--gpu-f32): routing comes to the host, each expert runs on its rows.
+  void moe_mlp_host_routed(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens,
+                           int64_t k, const int32_t* ids, const float* w, float* out);
+
+  BackendOptions opt_;
+  std::string name_;
+  cudaStream_t st_ = nullptr;
+  size_t budget_ = 0, used_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
+  std::deque<GpuWeight> descs_;  // stable addresses: Weight::aux points here
+  std::deque<Buffer> owned_;     // prepared weights
+  std::map<const void*, Buffer> expert_tables_;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_;
+  void* pinned_ = nullptr;
+  cudaEvent_t upload_done_ = nullptr;
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+};
+
+void CudaBackend::moe_mlp_host_routed(std::span<const ExpertWeights> experts, const float* x,
+                                      int64_t n_tokens, int64_t k, const int32_t* ids,
+                                      const float* w, float* out) {
+  const int64_t D = experts[0].down.n_out, F = experts[0].gate.n_out, n = n_tokens * k;
+  std::vector<int32_t> h_ids(static_cast<size_t>(n));
+  std::vector<float> h_w(static_cast<size_t>(n));
+  copy_to_host(h_ids.data(), ids, size_t(n) * 4);
+  copy_to_host(h_w.data(), w, size_t(n) * 4);
+  Buffer xs = alloc(size_t(n * D) * 4), g = alloc(size_t(n * F) * 4), u = alloc(size_t(n * F) * 4),
+         os = alloc(size_t(n * D) * 4), rows = alloc(size_t(n) * 4);
+  std::vector<float> acc(size_t(n_tokens * D), 0.f), o(size_t(n * D));
+  for (int64_t e = 0; e < int64_t(experts.size()); ++e) {
+    std::vector<int32_t> r;
+    std::vector<float> rw;
+    for (int64_t i = 0; i < n; ++i)
+      if (h_ids[size_t(i)] == e) {
+        r.push_back(int32_t(i / k));
+        rw.push_back(h_w[size_t(i)]);
+      }
+    if (r.empty()) continue;
+    copy_to_device(rows.data(), r.data(), r.size() * 4);
+    cuda::gather_rows(x, rows.as<int32_t>(), int(r.size()), int(D), xs.as<float>(), st_);
+    matmul(experts[size_t(e)].gate, xs.as<float>(), int64_t(r.size()), g.as<float>());
+    matmul(experts[size_t(e)].up, xs.as<float>(), int64_t(r.size()), u.as<float>());
+    silu_mul(g.as<float>(), u.as<float>(), int64_t(r.size()) * F);
+    matmul(experts[size_t(e)].down, g.as<float>(), int64_t(r.size()), os.as<float>());
+    copy_to_host(o.data(), os.data(), r.size() * size_t(D) * 4);
+    for (size_t i = 0; i < r.size(); ++i)
+      for (int64_t j = 0; j < D; ++j)
+        acc[size_t(r[i] * D + j)] += o[i * size_t(D) + size_t(j)] * rw[i];
+  }
+  copy_to_device(out, acc.data(), acc.size() * 4);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opt) {
+  return std::make_unique<CudaBackend>(opt);
+}
+
+}  // namespace wick

@@ -1,0 +1,238 @@
+// Embedding, norms, RoPE, KV writes and element-wise kernels. Row
+// reductions use one block per row with a fixed tree, so a row's result
+// does not depend on the other rows.
+#include "backend/cuda/device.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace wick::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// Sum over the block in a fixed order (per-thread strided sums, then a tree).
+__device__ float block_sum(float v, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(~0u, v, off);
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x / 32) ? sh[lane] : 0.f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(~0u, v, off);
+    if (lane == 0) sh[0] = v;
+  }
+  __syncthreads();
+  const float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+// Element i of row `row` of a prepared weight, exactly as the CPU dequantizes it.
+__device__ float weight_at(const GpuWeight& w, int row, int i) {
+  const size_t base = size_t(row) * size_t(w.k_pad);
+  switch (w.fmt) {
+    case Fmt::F32:
+      return static_cast<const float*>(w.q)[base + i];
+    case Fmt::BF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(w.q)[base + i]);
+    case Fmt::F16:
+      return __half2float(static_cast<const __half*>(w.q)[base + i]);
+    case Fmt::I8: {
+      const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(i / w.group);
+      const float q = float(static_cast<const int8_t*>(w.q)[base + i]);
+      return dq(q, w.scale[gi], w.min ? w.min[gi] : 0.f);
+    }
+    default: {  // U4
+      const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(i / w.group);
+      const uint8_t byte = static_cast<const uint8_t*>(w.q)[(base + i) / 2];
+      const float q = float(i % 2 ? byte >> 4 : byte & 15);
+      return dq(q, w.scale[gi], w.min ? w.min[gi] : 0.f);
+    }
+  }
+}
+
+__global__ void embed_kernel(GpuWeight w, const int32_t* ids, float* out) {
+  const int t = blockIdx.x, row = ids[t];
+  for (int i = threadIdx.x; i < w.n_in; i += blockDim.x)
+    out[size_t(t) * w.n_in + i] = weight_at(w, row, i);
+}
+
+template <bool ADD>
+__global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, float eps,
+                               float* y) {
+  __shared__ float sh[32];
+  float* xr = x + size_t(blockIdx.x) * n;
+  const float* rr = ADD ? r + size_t(blockIdx.x) * n : nullptr;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = xr[i];
+    if constexpr (ADD) {
+      v += rr[i];
+      xr[i] = v;
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss, sh) / float(n) + eps);
+  float* yr = y + size_t(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w[i] * (xr[i] * inv);
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int64_t n_total, int n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_total;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] += b[i % n];
+}
+
+// One block per token: rotates each head's pairs (i, i + head_dim / 2).
+__device__ void rotate(float* v, int pos, int head_dim, const float* inv_freq, int n_heads) {
+  const int half = head_dim / 2;
+  for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    float sn, cs;
+    sincosf(float(pos) * inv_freq[i], &sn, &cs);
+    float* p = v + h * head_dim;
+    const float a = p[i], b = p[i + half];
+    p[i] = a * cs - b * sn;
+    p[i + half] = b * cs + a * sn;
+  }
+}
+
+__global__ void rope_kernel(float* x, const int32_t* pos, int n_heads, int head_dim,
+                            const float* inv_freq) {
+  rotate(x + size_t(blockIdx.x) * n_heads * head_dim, pos[blockIdx.x], head_dim, inv_freq, n_heads);
+}
+
+template <typename T>
+__device__ T to_cache(float v);
+template <>
+__device__ __half to_cache<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ float to_cache<float>(float v) {
+  return v;
+}
+
+template <typename T>
+__global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
+                               const int32_t* slots, const int32_t* pos, int n_head, int n_head_kv,
+                               int head_dim, const float* inv_freq) {
+  const int t = blockIdx.x, kv_dim = n_head_kv * head_dim;
+  rotate(q + size_t(t) * n_head * head_dim, pos[t], head_dim, inv_freq, n_head);
+  float* kt = k + size_t(t) * kv_dim;
+  rotate(kt, pos[t], head_dim, inv_freq, n_head_kv);
+  __syncthreads();
+  const size_t slot = size_t(slots[t]);
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    kc[slot * kv_dim + i] = to_cache<T>(kt[i]);
+    vc[slot * kv_dim + i] = to_cache<T>(v[size_t(t) * kv_dim + i]);
+  }
+}
+
+template <typename T>
+__global__ void kv_write_kernel(const float* k, const float* v, T* kc, T* vc, const int32_t* slots,
+                                int kv_dim) {
+  const int t = blockIdx.x;
+  const size_t slot = size_t(slots[t]);
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    kc[slot * kv_dim + i] = to_cache<T>(k[size_t(t) * kv_dim + i]);
+    vc[slot * kv_dim + i] = to_cache<T>(v[size_t(t) * kv_dim + i]);
+  }
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, float* out) {
+  const float* src = x + size_t(rows[blockIdx.x]) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[size_t(blockIdx.x) * n + i] = src[i];
+}
+
+int grid_for(int64_t n) {
+  return int(std::min<int64_t>(4096, (n + 255) / 256));
+}
+
+}  // namespace
+
+void embed(const GpuWeight& tok, const int32_t* ids, int n, float* out, cudaStream_t st) {
+  if (n <= 0) return;
+  embed_kernel<<<n, kRowThreads, 0, st>>>(tok, ids, out);
+  WICK_CUDA_LAUNCHED();
+}
+
+void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float* y,
+             cudaStream_t st) {
+  if (n_rows <= 0) return;
+  // x is read only (ADD = false never writes it)
+  rmsnorm_kernel<false><<<n_rows, n >= 256 ? kRowThreads : 64, 0, st>>>(const_cast<float*>(x),
+                                                                        nullptr, w, n, eps, y);
+  WICK_CUDA_LAUNCHED();
+}
+
+void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps, float* y,
+                 cudaStream_t st) {
+  if (n_rows <= 0) return;
+  rmsnorm_kernel<true><<<n_rows, n >= 256 ? kRowThreads : 64, 0, st>>>(x, r, w, n, eps, y);
+  WICK_CUDA_LAUNCHED();
+}
+
+void add(float* y, const float* x, int64_t n, cudaStream_t st) {
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n), 256, 0, st>>>(y, x, n);
+  WICK_CUDA_LAUNCHED();
+}
+
+void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t st) {
+  const int64_t total = int64_t(n_rows) * n;
+  if (total <= 0) return;
+  add_bias_kernel<<<grid_for(total), 256, 0, st>>>(y, b, total, n);
+  WICK_CUDA_LAUNCHED();
+}
+
+void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
+          const float* inv_freq, cudaStream_t st) {
+  if (n_rows <= 0) return;
+  rope_kernel<<<n_rows, 128, 0, st>>>(x, pos, n_heads, head_dim, inv_freq);
+  WICK_CUDA_LAUNCHED();
+}
+
+void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool f16,
+                   const int32_t* slots, const int32_t* pos, int n_tokens, int n_head,
+                   int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st) {
+  if (n_tokens <= 0) return;
+  if (f16)
+    rope_kv_kernel<__half><<<n_tokens, 128, 0, st>>>(q, k, v, static_cast<__half*>(k_cache),
+                                                     static_cast<__half*>(v_cache), slots, pos,
+                                                     n_head, n_head_kv, head_dim, inv_freq);
+  else
+    rope_kv_kernel<float><<<n_tokens, 128, 0, st>>>(q, k, v, static_cast<float*>(k_cache),
+                                                    static_cast<float*>(v_cache), slots, pos,
+                                                    n_head, n_head_kv, head_dim, inv_freq);
+  WICK_CUDA_LAUNCHED();
+}
+
+void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool f16,
+              const int32_t* slots, int n_tokens, int kv_dim, cudaStream_t st) {
+  if (n_tokens <= 0) return;
+  if (f16)
+    kv_write_kernel<__half><<<n_tokens, 128, 0, st>>>(k, v, static_cast<__half*>(k_cache),
+                                                      static_cast<__half*>(v_cache), slots, kv_dim);
+  else
+    kv_write_kernel<float><<<n_tokens, 128, 0, st>>>(k, v, static_cast<float*>(k_cache),
+                                                     static_cast<float*>(v_cache), slots, kv_dim);
+  WICK_CUDA_LAUNCHED();
+}
+
+void gather_rows(const float* x, const int32_t* rows, int n_rows, int n, float* out,
+                 cudaStream_t st) {
+  if (n_rows <= 0) return;
+  gather_rows_kernel<<<n_rows, 256, 0, st>>>(x, rows, n, out);
+  WICK_CUDA_LAUNCHED();
+}
+
+}  // namespace wick::cuda

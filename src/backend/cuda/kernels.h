@@ -1,0 +1,102 @@
+// Launchers of the CUDA kernels, callable from host C++ (no CUDA syntax here).
+// Every pointer is device memory; every launch goes on `st` and returns at once.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/batch.h"
+#include "backend/cuda/gpu_weight.h"
+#include "backend/sample.h"
+
+namespace wick::cuda {
+
+// ---- matmul.cu ----
+// y [M, w.n_out] = x [M, w.n_in] . w^T (+ bias [n_out]). Each output element
+// is reduced in an order fixed by the weight's shape alone, whatever M is.
+struct MatmulJob {
+  const GpuWeight* w;
+  float* y;
+  const float* bias;  // may be null
+};
+// Up to 3 products of the same x in one launch (q, k, v).
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, cudaStream_t st);
+// out [M, n_ff] = silu(x . gate^T) * (x . up^T)
+void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
+                    cudaStream_t st);
+
+// Mixture of experts: rows grouped by expert. tiles[i] = (expert, first
+// row, rows, 0) with rows <= grouped_tile_rows(n_rows); expert < 0 unused.
+struct GroupedMatmul {
+  const GpuWeight* experts;  // device: [n_expert][3] gate, up, down
+  GpuWeight shape;           // one expert's weight of the kind computed (host copy)
+  int which;                 // 0: silu(gate) * up, 2: down
+  const int4* tiles;
+  int n_tiles;
+  int n_rows;      // rows of all experts together
+  const float* x;  // [n_rows, shape.n_in]
+  float* y;        // [n_rows, shape.n_out]
+};
+int grouped_tile_rows(int n_rows);
+void matmul_grouped(const GroupedMatmul& g, cudaStream_t st);
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t st);
+
+// ---- elementwise.cu ----
+void embed(const GpuWeight& tok, const int32_t* ids, int n, float* out, cudaStream_t st);
+void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float* y,
+             cudaStream_t st);
+void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps, float* y,
+                 cudaStream_t st);
+void add(float* y, const float* x, int64_t n, cudaStream_t st);
+void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t st);
+void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
+          const float* inv_freq, cudaStream_t st);
+// RoPE on q and k, then k and v into slot rows of one layer's cache (f16 or
+// f32 elements, kv_dim per row).
+void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
+                   const int32_t* slots, const int32_t* pos, int n_tokens, int n_head,
+                   int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st);
+void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
+              const int32_t* slots, int n_tokens, int kv_dim, cudaStream_t st);
+void gather_rows(const float* x, const int32_t* rows, int n_rows, int n, float* out,
+                 cudaStream_t st);
+
+// ---- attention.cu ----
+struct AttnArgs {
+  const float* q;       // [n_tokens, n_head, head_dim]
+  const void* k_cache;  // one layer: [n_slots, n_head_kv * head_dim], f16 or f32
+  const void* v_cache;
+  float* out;      // [n_tokens, n_head * head_dim]
+  float* partial;  // scratch, attention_partial_floats() of them
+  int n_head, n_head_kv, head_dim, sliding_window;
+  bool cache_f16;
+};
+// Keys are split into partitions of this many positions, each reduced on
+// its own and combined in partition order (flash-decoding).
+constexpr int kAttnPartition = 512;
+size_t attention_partial_floats(const BatchArgs& b, int n_head, int head_dim);
+void attention(const AttnArgs& a, const BatchArgs& b, cudaStream_t st);
+
+// ---- moe.cu ----
+void moe_route(const float* logits, int n_tokens, int n_expert, int k, bool norm, int32_t* ids,
+               float* w, cudaStream_t st);
+// Scratch floats moe_mlp needs for n_tokens * k rows.
+size_t moe_scratch_floats(int n_tokens, int k, int n_embd, int n_ff);
+size_t moe_scratch_ints(int n_tokens, int k, int n_expert);
+// out [n_tokens, n_embd] = sum of w * down(silu(gate x) * up x) over each
+// token's experts, in expert order. experts: device [n_expert][3];
+// shape: host copies of one expert's gate and down weights.
+void moe_mlp(const GpuWeight* experts, int n_expert, const GpuWeight& gate_shape,
+             const GpuWeight& down_shape, const float* x, int n_tokens, int k, const int32_t* ids,
+             const float* w, float* out, float* scratch, int32_t* iscratch, cudaStream_t st);
+
+// ---- sample.cu ----
+// One token per row of logits [n_rows, n_vocab] (modified in place by the
+// penalties), as Backend::sample describes; rows, pairs and ids are device
+// memory, scratch holds sample_scratch_bytes(n_rows, n_vocab) bytes.
+size_t sample_scratch_bytes(int n_rows, int n_vocab);
+void sample(float* logits, int n_rows, int n_vocab, const SampleRow* rows, const int32_t* pairs,
+            int32_t* ids, void* scratch, cudaStream_t st);
+
+}  // namespace wick::cuda

@@ -1,0 +1,401 @@
+// Matrix products on the tensor cores (bf16 in, f32 accumulate), one kernel
+// for every batch size, so that a token's result never depends on what else
+// is in its batch.
+//
+// The reduction order of an output element is fixed by the weight alone:
+// k is cut into chunks of k_chunk(fmt) elements; warp w of a CTA's KW warps
+// (KW from the weight's shape) takes chunks w, w + KW, ... in increasing
+// order, each chunk as E/4 mma steps; the KW partial sums are then added in
+// warp order. Lanes load their weights with one 16-byte load per chunk: lane
+// (g, c) = (lane / 4, lane % 4) holds elements [E c, E c + E) of its row, and
+// mma step s uses its elements 4s..4s+3 as the fragment's k = 2c, 2c+1,
+// 2c+8, 2c+9. The activations use the same permutation of k, so the sum is
+// the same set of products. A tile shape (rows x columns per warp) changes
+// which CTA computes an element, never the order.
+#include "backend/cuda/device.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace wick::cuda {
+
+namespace {
+
+constexpr int kMaxJobs = 3;
+
+struct Job {
+  GpuWeight w;
+  float* y;
+  const float* bias;
+  int tile_start;  // first n-tile of this job in grid.x
+};
+
+struct Params {
+  Job jobs[kMaxJobs];
+  int n_jobs;
+  const float* x;
+  int M, n_in, k_pad, kw;
+  float* y_gated;  // GATED: the output
+  GpuWeight up;    // GATED: the second weight (jobs[0] is the gate)
+  // GROUPED (mixture of experts): blockIdx.y picks a tile (expert, first row,
+  // rows); the weights are experts[expert * 3 + which] (gate, up, down).
+  const GpuWeight* experts;
+  const int4* tiles;
+  int which;
+};
+
+template <Fmt F>
+constexpr int kE = elems_per_load(F);
+
+// The E weights of one lane's load as E/2 bf16 pairs.
+template <Fmt F>
+__device__ __forceinline__ void decode(const uint4 raw, float s, float m,
+                                       uint32_t (&b)[kE<F> / 2]) {
+  const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (F == Fmt::BF16) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = r[j];
+  } else if constexpr (F == Fmt::F16) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r[j]));
+      b[j] = pack_bf16(f.x, f.y);
+    }
+  } else if constexpr (F == Fmt::I8) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t word = r[j / 2] >> (16 * (j % 2));
+      const float lo = float(int8_t(word & 0xff)), hi = float(int8_t((word >> 8) & 0xff));
+      b[j] = pack_bf16(dq(lo, s, m), dq(hi, s, m));
+    }
+  } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t byte = (r[j / 4] >> (8 * (j % 4))) & 0xff;
+      b[j] = pack_bf16(dq(float(byte & 15), s, m), dq(float(byte >> 4), s, m));
+    }
+  }
+}
+
+template <Fmt F>
+__device__ __forceinline__ const uint8_t* row_ptr(const GpuWeight& w, int row) {
+  constexpr int kNum = F == Fmt::U4 ? 1 : (F == Fmt::I8 ? 2 : 4);  // bytes per 2 elements
+  return static_cast<const uint8_t*>(w.q) + size_t(row) * size_t(w.k_pad) * kNum / 2;
+}
+
+// Loads and decodes the lane's weights of one chunk for NT n-tiles.
+template <Fmt F, int NT>
+__device__ __forceinline__ void load_b(const GpuWeight& w, int n0, int g, int k,
+                                       uint32_t (&b)[NT][kE<F> / 2]) {
+  constexpr int kBytesPer16 = F == Fmt::U4 ? 8 : (F == Fmt::I8 ? 16 : 32);  // bytes per 16 elems
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int row = n0 + 8 * nt + g;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    float s = 0.f, m = 0.f;
+    if (row < w.n_out) {
+      raw = ld_stream(row_ptr<F>(w, row) + size_t(k) * kBytesPer16 / 16);
+      if constexpr (F == Fmt::I8 || F == Fmt::U4) {
+        const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(k / w.group);
+        s = __ldg(w.scale + gi);
+        m = w.min ? __ldg(w.min + gi) : 0.f;
+      }
+    }
+    decode<F>(raw, s, m, b[nt]);
+  }
+}
+
+// Four consecutive activations of row r from k (zero past the row or M).
+__device__ __forceinline__ float4 load_x4(const float* x, int M, int n_in, int r, int k) {
+  if (r >= M) return make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* src = x + size_t(r) * size_t(n_in) + k;
+  if ((n_in & 3) == 0 && k + 3 < n_in) return *reinterpret_cast<const float4*>(src);
+  float v[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = k + j < n_in ? src[j] : 0.f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED>
+__global__ void mm_kernel(const __grid_constant__ Params p) {
+  constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
+  extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  int j = 0;
+  while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
+  // The problem of this CTA: weights, rows of x and y.
+  GpuWeight W = p.jobs[j].w, U = p.up;
+  const float* x = p.x;
+  float* y = GATED ? p.y_gated : p.jobs[j].y;
+  const float* bias = p.jobs[j].bias;
+  int M = p.M, m0 = int(blockIdx.y) * 16 * MT;
+  if constexpr (GROUPED) {
+    const int4 t = p.tiles[blockIdx.y];
+    if (t.x < 0) return;
+    W = p.experts[t.x * 3 + p.which];
+    if constexpr (GATED) U = p.experts[t.x * 3 + 1];
+    x += size_t(t.y) * p.n_in;
+    y += size_t(t.y) * W.n_out;
+    M = t.z;
+    m0 = 0;
+  }
+  const int n0 = (int(blockIdx.x) - p.jobs[j].tile_start) * 8 * NT;
+  const int n_chunks = p.k_pad / KC;
+
+  float acc[NACC][MT][NT][4];
+#pragma unroll
+  for (int a = 0; a < NACC; ++a)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[a][mt][nt][i] = 0.f;
+
+#pragma unroll 2
+  for (int ch = warp; ch < n_chunks; ch += p.kw) {
+    const int k = ch * KC + E * c;
+    uint32_t b[NACC][NT][E / 2];
+    load_b<F, NT>(W, n0, g, k, b[0]);
+    if constexpr (GATED) load_b<F, NT>(U, n0, g, k, b[NACC - 1]);
+#pragma unroll
+    for (int s = 0; s < E / 4; ++s) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int r = m0 + 16 * mt + g;
+        const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s),
+                     x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
+        const uint32_t a0 = pack_bf16(x0.x, x0.y), a1 = pack_bf16(x1.x, x1.y),
+                       a2 = pack_bf16(x0.z, x0.w), a3 = pack_bf16(x1.z, x1.w);
+#pragma unroll
+        for (int a = 0; a < NACC; ++a)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            mma_bf16(acc[a][mt][nt], a0, a1, a2, a3, b[a][nt][2 * s], b[a][nt][2 * s + 1]);
+      }
+    }
+  }
+
+  // Partial sums of the warps, added in warp order.
+  constexpr int TR = 16 * MT, TC = 8 * NT, TILE = TR * TC;
+#pragma unroll
+  for (int a = 0; a < NACC; ++a)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float* t = red + (warp * NACC + a) * TILE;
+        const int r = 16 * mt + g, col = 8 * nt + 2 * c;
+        t[r * TC + col] = acc[a][mt][nt][0];
+        t[r * TC + col + 1] = acc[a][mt][nt][1];
+        t[(r + 8) * TC + col] = acc[a][mt][nt][2];
+        t[(r + 8) * TC + col + 1] = acc[a][mt][nt][3];
+      }
+  __syncthreads();
+  for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+    const int r = m0 + i / TC, col = n0 + i % TC;
+    if (r >= M || col >= W.n_out) continue;
+    float sum[NACC];
+#pragma unroll
+    for (int a = 0; a < NACC; ++a) {
+      sum[a] = red[a * TILE + i];
+      for (int w = 1; w < p.kw; ++w) sum[a] += red[(w * NACC + a) * TILE + i];
+    }
+    if constexpr (GATED) {
+      const float gv = sum[0];
+      y[size_t(r) * W.n_out + col] = gv / (1.f + expf(-gv)) * sum[NACC - 1];
+    } else {
+      if (bias) sum[0] += bias[col];
+      y[size_t(r) * W.n_out + col] = sum[0];
+    }
+  }
+}
+
+// Warps per CTA: a function of the weight's chunk count alone.
+int kw_for(const GpuWeight& w) {
+  return w.k_pad / k_chunk(w.fmt) >= 64 ? 8 : 4;
+}
+
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED>
+void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
+  const int nacc = GATED ? 2 : 1;
+  const size_t smem = size_t(p.kw) * nacc * 16 * MT * 8 * NT * sizeof(float);
+  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED>;
+  static bool raised = false;  // per instantiation: allow up to 96 KiB of shared memory
+  if (!raised) {
+    WICK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+    raised = true;
+  }
+  kernel<<<dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), p.kw * 32, smem, st>>>(p);
+  WICK_CUDA_LAUNCHED();
+}
+
+// Tile shapes by batch rows: decode keeps many CTAs over the weight rows;
+// prefill reuses each loaded weight across more rows. For GROUPED, the
+// caller's tile list was cut at rows_per_tile(M) rows.
+template <Fmt F, bool GATED, bool GROUPED>
+void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
+  auto tiles = [&](int nt) {
+    int total = 0;
+    for (int j = 0; j < p.n_jobs; ++j) {
+      p.jobs[j].tile_start = total;
+      total += ceil_div(p.jobs[j].w.n_out, 8 * nt);
+    }
+    return total;
+  };
+  auto ty = [&](int mt) { return GROUPED ? n_tiles_y : ceil_div(p.M, 16 * mt); };
+  if (p.M <= 16) {
+    launch<F, 1, 1, GATED, GROUPED>(p, tiles(1), ty(1), st);
+  } else if (p.M <= 32) {
+    launch<F, 2, 2, GATED, GROUPED>(p, tiles(2), ty(2), st);
+  } else if constexpr (GATED) {
+    launch<F, 4, 2, GATED, GROUPED>(p, tiles(2), ty(4), st);
+  } else {
+    launch<F, 4, 4, GATED, GROUPED>(p, tiles(4), ty(4), st);
+  }
+}
+
+template <bool GATED, bool GROUPED>
+void dispatch(Params& p, int n_tiles_y, cudaStream_t st) {
+  switch (p.jobs[0].w.fmt) {
+    case Fmt::BF16:
+      return dispatch_rows<Fmt::BF16, GATED, GROUPED>(p, n_tiles_y, st);
+    case Fmt::F16:
+      return dispatch_rows<Fmt::F16, GATED, GROUPED>(p, n_tiles_y, st);
+    case Fmt::I8:
+      return dispatch_rows<Fmt::I8, GATED, GROUPED>(p, n_tiles_y, st);
+    case Fmt::U4:
+      return dispatch_rows<Fmt::U4, GATED, GROUPED>(p, n_tiles_y, st);
+    default:
+      throw std::logic_error("mm: f32 weights take the f32 kernel");
+  }
+}
+
+// f32 weights (--gpu-f32): CUDA cores, one warp per output column; each
+// lane sums its k = 4 lane + 128 i in order, then a fixed shuffle tree.
+__global__ void mm_f32_kernel(GpuWeight w, const float* x, int M, int n_in, float* y,
+                              const float* bias) {
+  const int lane = threadIdx.x & 31;
+  const int o = int(blockIdx.x) * (blockDim.x / 32) + int(threadIdx.x / 32);
+  if (o >= w.n_out) return;
+  const float* wr = static_cast<const float*>(w.q) + size_t(o) * size_t(w.k_pad);
+  for (int r0 = 0; r0 < M; r0 += 8) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 4 * lane; k < w.k_pad; k += 128) {
+      const float4 wv = *reinterpret_cast<const float4*>(wr + k);
+      const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        if (r0 + r >= M) break;
+        const float* xr = x + size_t(r0 + r) * size_t(n_in);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (k + j < n_in) acc[r] = __fadd_rn(acc[r], __fmul_rn(wk[j], xr[k + j]));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      float v = acc[r];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(~0u, v, off));
+      if (lane == 0 && r0 + r < M) y[size_t(r0 + r) * w.n_out + o] = bias ? v + bias[o] : v;
+    }
+  }
+}
+
+void launch_f32(const GpuWeight& w, const float* x, int M, float* y, const float* bias,
+                cudaStream_t st) {
+  mm_f32_kernel<<<ceil_div(w.n_out, 4), 128, 0, st>>>(w, x, M, w.n_in, y, bias);
+  WICK_CUDA_LAUNCHED();
+}
+
+__global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = g[i];
+    g[i] = v / (1.f + expf(-v)) * u[i];
+  }
+}
+
+}  // namespace
+
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, cudaStream_t st) {
+  if (M <= 0 || n_jobs <= 0) return;
+  // Jobs fuse into one launch when they share the layout and the reduction.
+  int start = 0;
+  while (start < n_jobs) {
+    const GpuWeight& w0 = *jobs[start].w;
+    if (w0.fmt == Fmt::F32) {
+      launch_f32(w0, x, M, jobs[start].y, jobs[start].bias, st);
+      ++start;
+      continue;
+    }
+    Params p{};
+    p.x = x;
+    p.M = M;
+    p.n_in = w0.n_in;
+    p.k_pad = w0.k_pad;
+    p.kw = kw_for(w0);
+    p.n_jobs = 0;
+    while (start < n_jobs && p.n_jobs < kMaxJobs && jobs[start].w->fmt == w0.fmt &&
+           jobs[start].w->k_pad == w0.k_pad && jobs[start].w->group == w0.group) {
+      p.jobs[p.n_jobs++] = Job{*jobs[start].w, jobs[start].y, jobs[start].bias, 0};
+      ++start;
+    }
+    dispatch<false, false>(p, 0, st);
+  }
+}
+
+void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
+                    cudaStream_t st) {
+  if (M <= 0) return;
+  if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
+      gate.k_pad != up.k_pad) {
+    throw std::logic_error("matmul_gate_up: the caller splits unlike weights");
+  }
+  Params p{};
+  p.jobs[0] = Job{gate, nullptr, nullptr, 0};
+  p.n_jobs = 1;
+  p.up = up;
+  p.y_gated = out;
+  p.x = x;
+  p.M = M;
+  p.n_in = gate.n_in;
+  p.k_pad = gate.k_pad;
+  p.kw = kw_for(gate);
+  dispatch<true, false>(p, 0, st);
+}
+
+int grouped_tile_rows(int n_rows) {
+  return n_rows <= 16 ? 16 : n_rows <= 32 ? 32 : 64;
+}
+
+void matmul_grouped(const GroupedMatmul& g, cudaStream_t st) {
+  if (g.n_rows <= 0) return;
+  if (g.shape.fmt == Fmt::F32) throw std::logic_error("matmul_grouped: f32 experts");
+  Params p{};
+  p.jobs[0] = Job{g.shape, g.y, nullptr, 0};
+  p.n_jobs = 1;
+  p.x = g.x;
+  p.M = g.n_rows;  // picks the tile shape; each tile bounds its own rows
+  p.n_in = g.shape.n_in;
+  p.k_pad = g.shape.k_pad;
+  p.kw = kw_for(g.shape);
+  p.experts = g.experts;
+  p.tiles = g.tiles;
+  p.which = g.which;
+  if (g.which == 0) {
+    p.y_gated = g.y;
+    p.up = g.shape;
+    dispatch<true, true>(p, g.n_tiles, st);
+  } else {
+    dispatch<false, true>(p, g.n_tiles, st);
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t st) {
+  if (n <= 0) return;
+  silu_mul_kernel<<<std::min<int64_t>(4096, (n + 255) / 256), 256, 0, st>>>(gate, up, n);
+  WICK_CUDA_LAUNCHED();
+}
+
+}  // namespace wick::cuda

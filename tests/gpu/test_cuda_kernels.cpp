@@ -1,0 +1,432 @@
+// Every CUDA kernel against its CPU kernel on random inputs, odd sizes
+// included, and the batch invariance of the ones whose reduction could
+// depend on the batch (matmul, attention): a row computed alone gives the
+// same bits as the same row inside a larger batch.
+//
+// Tolerances: bf16 products (activations and weights rounded to bf16 inside
+// the kernel): |gpu - ref| <= 8e-3 * sum |w x| per element, where ref is the
+// float64 product of the CPU's dequantized weights; f32 weights (--gpu-f32):
+// 1e-5 * sum |w x|; f16 attention (f16 K/V, Q and P): 4e-3 of the output
+// scale; element-wise kernels: 1e-5 relative.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops.h"
+#include "gpu/gpu_helpers.h"
+#include "io/quant_blocks.h"
+
+namespace wick::test {
+namespace {
+
+std::vector<uint8_t> random_weight(DType t, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+  const size_t rb = row_bytes(t, n_in);
+  std::vector<uint8_t> w(size_t(n_out) * rb);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  if (t == DType::F32) {
+    for (size_t i = 0; i < w.size() / 4; ++i) reinterpret_cast<float*>(w.data())[i] = nd(rng);
+    return w;
+  }
+  for (auto& b : w) b = uint8_t(byte(rng));
+  if (t == DType::F16 || t == DType::BF16) {
+    auto* h = reinterpret_cast<uint16_t*>(w.data());
+    for (size_t i = 0; i < w.size() / 2; ++i)
+      h[i] = t == DType::F16 ? f32_to_f16(nd(rng)) : f32_to_bf16(nd(rng));
+    return w;
+  }
+  const size_t bb = traits(t).block_bytes;
+  std::vector<size_t> offs =
+      t == DType::Q6_K ? std::vector<size_t>{208}
+      : (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)
+          ? std::vector<size_t>{0, 2}
+          : std::vector<size_t>{0};
+  for (size_t b = 0; b < w.size() / bb; ++b)
+    for (size_t o : offs) {
+      uint16_t d = f32_to_f16(nd(rng) * 0.1f);
+      std::memcpy(w.data() + b * bb + o, &d, 2);
+    }
+  return w;
+}
+
+struct MatmulCase {
+  DType type;
+  bool gpu_f32;
+};
+
+class CudaMatmul : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(CudaMatmul, MatchesCpuAndIsBatchInvariant) {
+  WICK_REQUIRE_GPU();
+  const auto [t, f32] = GetParam();
+  auto be = cuda_backend(f32);
+  std::mt19937 rng(11 + unsigned(t));
+  const int64_t bs = traits(t).block_size;
+  const std::vector<int64_t> n_ins =
+      bs == 1 ? std::vector<int64_t>{13, 72, 896, 2080} : std::vector<int64_t>{256, 512, 2560};
+  for (int64_t n_in : n_ins)
+    for (int64_t n_out : {1, 37, 300}) {
+      auto wb = random_weight(t, n_out, n_in, rng);
+      const Weight host{t, n_out, n_in, wb.data()};
+      const Weight w = be->prepare_matrix(host);
+      const int64_t n_rows = 100;
+      auto x = randn(size_t(n_rows * n_in), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
+      be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+      auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
+      std::vector<float> row(static_cast<size_t>(n_in));
+      double worst = 0;
+      for (int64_t o = 0; o < n_out; ++o) {
+        dequantize_row_ref(t, host.row(o), row.data(), n_in);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            const double p = double(row[size_t(i)]) * x[size_t(r * n_in + i)];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          const double err = std::fabs(y[size_t(r * n_out + o)] - ref) / (mag + 1e-30);
+          worst = std::max(worst, err);
+          ASSERT_LE(err, f32 ? 1e-5 : 8e-3)
+              << dtype_name(t) << " n_in " << n_in << " row " << r << " col " << o << " gpu "
+              << y[size_t(r * n_out + o)] << " ref " << ref;
+        }
+      }
+      // batch invariance: rows alone, and 16 or 33 rows, give the same bits
+      for (int64_t m : {1, 16, 33}) {
+        Buffer dy1 = be->alloc(size_t(m * n_out) * 4);
+        be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
+        auto y1 = to_host<float>(*be, dy1, size_t(m * n_out));
+        for (int64_t i = 0; i < m * n_out; ++i)
+          ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
+              << dtype_name(t) << " n_in " << n_in << ": " << m << " rows differ from 100 rows";
+      }
+      RecordProperty(std::string(dtype_name(t)) + "_" + std::to_string(n_in) + "_" +
+                         std::to_string(n_out) + "_worst",
+                     std::to_string(worst));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, CudaMatmul,
+    ::testing::Values(MatmulCase{DType::F32, true}, MatmulCase{DType::F32, false},
+                      MatmulCase{DType::BF16, false}, MatmulCase{DType::F16, false},
+                      MatmulCase{DType::Q8_0, false}, MatmulCase{DType::Q4_0, false},
+                      MatmulCase{DType::Q4_1, false}, MatmulCase{DType::Q5_0, false},
+                      MatmulCase{DType::Q5_1, false}, MatmulCase{DType::Q4_K, false},
+                      MatmulCase{DType::Q5_K, false}, MatmulCase{DType::Q6_K, false}),
+    [](const auto& info) {
+      return std::string(dtype_name(info.param.type)) + (info.param.gpu_f32 ? "_gpu_f32" : "");
+    });
+
+// q, k, v in one launch and gate/up with SiLU fused equal the separate products, bit for bit.
+TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  std::mt19937 rng(5);
+  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
+    for (int64_t n_rows : {1, 20, 70}) {
+      const int64_t D = 512, F = 768;
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<Weight> w;
+      for (int64_t n_out : {D, int64_t(128), int64_t(128), F, F}) {
+        bytes.push_back(random_weight(t, n_out, D, rng));
+        w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
+      }
+      auto x = randn(size_t(n_rows * D), rng);
+      auto bias = randn(size_t(D), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4), db = to_device(*be, bias.data(), D * 4);
+      Buffer q = be->alloc(size_t(n_rows * D) * 4), k = be->alloc(size_t(n_rows) * 128 * 4),
+             v = be->alloc(size_t(n_rows) * 128 * 4), q1 = be->alloc(size_t(n_rows * D) * 4),
+             k1 = be->alloc(size_t(n_rows) * 128 * 4);
+      const Weight* ws[3] = {&w[0], &w[1], &w[2]};
+      const float* bs[3] = {db.as<float>(), nullptr, nullptr};
+      float* outs[3] = {q.as<float>(), k.as<float>(), v.as<float>()};
+      be->matmul_qkv(ws, bs, dx.as<float>(), n_rows, outs);
+      be->matmul(w[0], dx.as<float>(), n_rows, q1.as<float>());
+      be->add_bias(q1.as<float>(), db.as<float>(), n_rows, D);
+      be->matmul(w[1], dx.as<float>(), n_rows, k1.as<float>());
+      EXPECT_EQ(to_host<float>(*be, q, size_t(n_rows * D)),
+                to_host<float>(*be, q1, size_t(n_rows * D)));
+      EXPECT_EQ(to_host<float>(*be, k, size_t(n_rows * 128)),
+                to_host<float>(*be, k1, size_t(n_rows * 128)));
+      Buffer g = be->alloc(size_t(n_rows * F) * 4), u = be->alloc(size_t(n_rows * F) * 4),
+             g1 = be->alloc(size_t(n_rows * F) * 4), u1 = be->alloc(size_t(n_rows * F) * 4);
+      be->matmul_gate_up(w[3], w[4], dx.as<float>(), n_rows, g.as<float>(), u.as<float>());
+      be->matmul(w[3], dx.as<float>(), n_rows, g1.as<float>());
+      be->matmul(w[4], dx.as<float>(), n_rows, u1.as<float>());
+      be->silu_mul(g1.as<float>(), u1.as<float>(), n_rows * F);
+      EXPECT_EQ(to_host<float>(*be, g, size_t(n_rows * F)),
+                to_host<float>(*be, g1, size_t(n_rows * F)))
+          << dtype_name(t) << " rows " << n_rows;
+    }
+}
+
+// Embedding rows are the CPU's dequantized rows exactly, for every type.
+TEST(CudaEmbed, RowsEqualCpuDequantization) {
+  WICK_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  for (bool f32 : {false, true}) {
+    auto be = cuda_backend(f32);
+    for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                    DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+      const int64_t n_vocab = 50, n_embd = 512;
+      auto wb = random_weight(t, n_vocab, n_embd, rng);
+      const Weight host{t, n_vocab, n_embd, wb.data()};
+      const Weight w = be->prepare_matrix(host);
+      Batch b;
+      b.block_tables = {{0}};
+      const std::vector<int32_t> ids{3, 0, 49, 17, 3};
+      for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), 0, false);
+      b.finish(16);
+      const BatchArgs a = be->upload(b);
+      Buffer out = be->alloc(ids.size() * n_embd * 4);
+      be->embed(w, a, out.as<float>());
+      auto got = to_host<float>(*be, out, ids.size() * n_embd);
+      std::vector<float> want(static_cast<size_t>(n_embd));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        dequantize_row_ref(t, host.row(ids[i]), want.data(), n_embd);
+        if (t == DType::F32 && !f32)  // stored as bf16 on the GPU
+          for (auto& x : want) x = bf16_to_f32(f32_to_bf16(x));
+        for (int64_t j = 0; j < n_embd; ++j)
+          ASSERT_EQ(got[i * n_embd + size_t(j)], want[size_t(j)])
+              << dtype_name(t) << " id " << ids[i];
+      }
+    }
+  }
+}
+
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+TEST(CudaElementwise, NormsRopeAddSiluMatchCpu) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  std::mt19937 rng(9);
+  for (int64_t n : {16, 64, 576, 4864}) {
+    const int64_t rows = 7;
+    auto x = randn(size_t(rows * n), rng), r = randn(size_t(rows * n), rng),
+         w = randn(size_t(n), rng);
+    Buffer dx = to_device(*be, x.data(), x.size() * 4), dr = to_device(*be, r.data(), r.size() * 4),
+           dw = to_device(*be, w.data(), w.size() * 4), dy = be->alloc(x.size() * 4);
+    be->rmsnorm(dx.as<float>(), dw.as<float>(), rows, n, 1e-6f, dy.as<float>());
+    std::vector<float> want(x.size());
+    cpu::rmsnorm(x.data(), w.data(), rows, n, 1e-6f, want.data());
+    EXPECT_LT(max_rel(to_host<float>(*be, dy, x.size()), want), 1e-5) << "rmsnorm " << n;
+    // x += r, y = norm(x)
+    be->add_rmsnorm(dx.as<float>(), dr.as<float>(), dw.as<float>(), rows, n, 1e-6f, dy.as<float>());
+    cpu::add(x.data(), r.data(), int64_t(x.size()));
+    cpu::rmsnorm(x.data(), w.data(), rows, n, 1e-6f, want.data());
+    EXPECT_EQ(to_host<float>(*be, dx, x.size()), x) << "residual add " << n;
+    EXPECT_LT(max_rel(to_host<float>(*be, dy, x.size()), want), 1e-5) << "add_rmsnorm " << n;
+    // silu(g) * u
+    be->silu_mul(dx.as<float>(), dr.as<float>(), int64_t(x.size()));
+    cpu::silu_mul(x.data(), r.data(), int64_t(x.size()));
+    EXPECT_LT(max_rel(to_host<float>(*be, dx, x.size()), x), 1e-5) << "silu_mul " << n;
+    // bias
+    be->add_bias(dr.as<float>(), dw.as<float>(), rows, n);
+    cpu::add_bias(r.data(), w.data(), rows, n);
+    EXPECT_EQ(to_host<float>(*be, dr, r.size()), r) << "add_bias " << n;
+  }
+  // RoPE at scattered positions, several head sizes
+  for (int64_t hd : {16, 64, 128}) {
+    const int64_t rows = 5, heads = 3;
+    auto x = randn(size_t(rows * heads * hd), rng);
+    std::vector<float> inv(static_cast<size_t>(hd / 2));
+    for (int64_t i = 0; i < hd / 2; ++i)
+      inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+    Batch b;
+    b.block_tables = {{0, 1, 2, 3, 4, 5, 6, 7}};
+    const std::vector<int32_t> pos{0, 1, 17, 100, 127};
+    for (int32_t p : pos) b.add(1, p, 0, false);
+    b.finish(16);
+    const BatchArgs a = be->upload(b);
+    Buffer dx = to_device(*be, x.data(), x.size() * 4),
+           dinv = to_device(*be, inv.data(), inv.size() * 4);
+    be->rope(dx.as<float>(), a, heads, hd, dinv.as<float>());
+    cpu::rope(x.data(), pos.data(), rows, heads, hd, inv.data());
+    EXPECT_LT(max_rel(to_host<float>(*be, dx, x.size()), x), 2e-5) << "rope " << hd;
+  }
+}
+
+// Attention over a paged cache: GQA, scattered blocks, a prefill run, decode
+// tokens past one partition, a chunk in the middle of a sequence, a sliding
+// window; against the CPU kernel on the same (f16-rounded) K/V.
+struct AttnCase {
+  int64_t head_dim, window;
+  bool f32;
+};
+class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttention, MatchesCpuAndIsBatchInvariant) {
+  WICK_REQUIRE_GPU();
+  const auto [hd, window, f32] = GetParam();
+  auto be = cuda_backend(f32);
+  std::mt19937 rng(21 + unsigned(hd));
+  const int64_t n_head = 8, n_head_kv = 2, kv_dim = n_head_kv * hd, bs = 16, n_blocks = 200;
+  auto cpu_kv = cpu_backend().make_kv(1, n_blocks, bs, kv_dim);
+  auto gpu_kv = be->make_kv(1, n_blocks, bs, kv_dim);
+  // three sequences on a random permutation of the blocks
+  std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+  for (int32_t i = 0; i < n_blocks; ++i) perm[size_t(i)] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<int32_t> ctx{70, 1100, 60};  // tokens each sequence holds
+  std::vector<std::vector<int32_t>> tables(3);
+  size_t next = 0;
+  for (int s = 0; s < 3; ++s)
+    for (int64_t b = 0; b < (ctx[size_t(s)] + bs - 1) / bs; ++b)
+      tables[size_t(s)].push_back(perm[next++]);
+  // random K/V in every slot, rounded to f16 where the GPU stores f16
+  const size_t n_el = size_t(n_blocks * bs * kv_dim);
+  auto kh = randn(n_el, rng), vh = randn(n_el, rng);
+  if (!f32)
+    for (size_t i = 0; i < n_el; ++i) {
+      kh[i] = f16_to_f32(f32_to_f16(kh[i]));
+      vh[i] = f16_to_f32(f32_to_f16(vh[i]));
+    }
+  std::memcpy(cpu_kv->k.data(), kh.data(), n_el * 4);
+  std::memcpy(cpu_kv->v.data(), vh.data(), n_el * 4);
+  if (f32) {
+    be->copy_to_device(gpu_kv->k.data(), kh.data(), n_el * 4);
+    be->copy_to_device(gpu_kv->v.data(), vh.data(), n_el * 4);
+  } else {
+    std::vector<uint16_t> k16(n_el), v16(n_el);
+    for (size_t i = 0; i < n_el; ++i) k16[i] = f32_to_f16(kh[i]), v16[i] = f32_to_f16(vh[i]);
+    be->copy_to_device(gpu_kv->k.data(), k16.data(), n_el * 2);
+    be->copy_to_device(gpu_kv->v.data(), v16.data(), n_el * 2);
+  }
+  // batch: seq 0 prefill of all 70, seq 1 one decode token at 1099, seq 2 a chunk at 40..59
+  auto make_batch = [&](const std::vector<std::pair<int, std::pair<int, int>>>& parts) {
+    Batch b;
+    for (int s = 0; s < 3; ++s) b.block_tables.push_back(tables[size_t(s)]);
+    for (auto& [s, range] : parts)
+      for (int p = range.first; p < range.second; ++p) b.add(1, p, s, false);
+    b.finish(int32_t(bs));
+    return b;
+  };
+  const AttnShape shape{n_head, n_head_kv, hd, window};
+  auto run = [&](Backend& bk, KvStore& kv, Batch& b, const std::vector<float>& q) {
+    const BatchArgs a = bk.upload(b);
+    Buffer dq = to_device(bk, q.data(), q.size() * 4);
+    Buffer out = bk.alloc(q.size() * 4);
+    bk.attention(dq.as<float>(), kv, 0, a, shape, out.as<float>());
+    return to_host<float>(bk, out, q.size());
+  };
+  Batch big = make_batch({{0, {0, 70}}, {1, {1099, 1100}}, {2, {40, 60}}});
+  auto q = randn(size_t(big.n_tokens() * n_head * hd), rng);
+  auto want = run(cpu_backend(), *cpu_kv, big, q);
+  auto got = run(*be, *gpu_kv, big, q);
+  EXPECT_LT(max_rel(got, want), f32 ? 1e-5 : 4e-3) << "head_dim " << hd << " window " << window;
+  // the same rows alone: the decode token, the last prefill token, one chunk token
+  const int64_t row = n_head * hd;
+  for (auto [s, p, at] :
+       std::vector<std::tuple<int, int, int64_t>>{{1, 1099, 70}, {0, 69, 69}, {2, 45, 76}}) {
+    Batch one = make_batch({{s, {p, p + 1}}});
+    std::vector<float> q1(q.begin() + at * row, q.begin() + (at + 1) * row);
+    auto alone = run(*be, *gpu_kv, one, q1);
+    for (int64_t i = 0; i < row; ++i)
+      ASSERT_EQ(alone[size_t(i)], got[size_t(at * row + i)])
+          << "token at " << p << " of sequence " << s << " alone differs from the batch";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttnCase{16, 0, false}, AttnCase{32, 0, false},
+                                           AttnCase{64, 0, false}, AttnCase{128, 0, false},
+                                           AttnCase{64, 32, false}, AttnCase{16, 16, false},
+                                           AttnCase{64, 0, true}, AttnCase{16, 16, true}),
+                         [](const auto& info) {
+                           return "hd" + std::to_string(info.param.head_dim) + "_w" +
+                                  std::to_string(info.param.window) +
+                                  (info.param.f32 ? "_f32" : "_f16");
+                         });
+
+// K/V writes land in the slots of the batch's positions, rounded to the cache's type.
+TEST(CudaKv, RopeAndWriteMatchCpu) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  std::mt19937 rng(4);
+  const int64_t n_head = 4, n_head_kv = 2, hd = 32, kv_dim = n_head_kv * hd;
+  Batch b;
+  b.block_tables = {{3, 1}, {0, 2}};
+  b.add(1, 5, 0, false);
+  b.add(1, 17, 0, false);
+  b.add(1, 30, 1, false);
+  b.finish(16);
+  auto q = randn(size_t(3 * n_head * hd), rng), k = randn(size_t(3 * kv_dim), rng),
+       v = randn(size_t(3 * kv_dim), rng);
+  std::vector<float> inv(static_cast<size_t>(hd / 2));
+  for (int64_t i = 0; i < hd / 2; ++i)
+    inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+  auto kv = be->make_kv(1, 4, 16, kv_dim);
+  const BatchArgs a = be->upload(b);
+  Buffer dq = to_device(*be, q.data(), q.size() * 4), dk = to_device(*be, k.data(), k.size() * 4),
+         dv = to_device(*be, v.data(), v.size() * 4),
+         dinv = to_device(*be, inv.data(), inv.size() * 4);
+  be->rope_kv_write(dq.as<float>(), dk.as<float>(), dv.as<float>(), *kv, 0, a,
+                    AttnShape{n_head, n_head_kv, hd, 0}, dinv.as<float>());
+  cpu::rope(q.data(), b.positions.data(), 3, n_head, hd, inv.data());
+  cpu::rope(k.data(), b.positions.data(), 3, n_head_kv, hd, inv.data());
+  EXPECT_LT(max_rel(to_host<float>(*be, dq, q.size()), q), 2e-5);
+  std::vector<uint16_t> kc(size_t(4 * 16 * kv_dim)), vc(kc.size());
+  be->copy_to_host(kc.data(), kv->k.data(), kc.size() * 2);
+  be->copy_to_host(vc.data(), kv->v.data(), vc.size() * 2);
+  const std::vector<int64_t> slots{3 * 16 + 5, 1 * 16 + 1, 2 * 16 + 14};
+  for (size_t t = 0; t < 3; ++t)
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      EXPECT_NEAR(f16_to_f32(kc[size_t(slots[t] * kv_dim + i)]), k[t * kv_dim + size_t(i)],
+                  2e-3 * (1 + std::fabs(k[t * kv_dim + size_t(i)])));
+      EXPECT_EQ(vc[size_t(slots[t] * kv_dim + i)], f32_to_f16(v[t * kv_dim + size_t(i)]));
+    }
+}
+
+// Routing and the grouped expert products against the CPU's.
+TEST(CudaMoe, RouteAndExpertsMatchCpu) {
+  WICK_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  for (bool f32 : {false, true})
+    for (int64_t n_tok : {1, 5, 40}) {
+      auto be = cuda_backend(f32);
+      const int64_t E = 8, K = 2, D = 256, F = 96;
+      const DType t = f32 ? DType::F32 : DType::BF16;
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<ExpertWeights> host(E), dev(E);
+      for (int64_t e = 0; e < E; ++e) {
+        bytes.push_back(random_weight(t, F, D, rng));
+        host[size_t(e)].gate = Weight{t, F, D, bytes.back().data()};
+        bytes.push_back(random_weight(t, F, D, rng));
+        host[size_t(e)].up = Weight{t, F, D, bytes.back().data()};
+        bytes.push_back(random_weight(t, D, F, rng));
+        host[size_t(e)].down = Weight{t, D, F, bytes.back().data()};
+      }
+      be->prepare_experts(host, dev);
+      auto logits = randn(size_t(n_tok * E), rng);
+      auto x = randn(size_t(n_tok * D), rng, 0.2f);
+      Buffer dl = to_device(*be, logits.data(), logits.size() * 4),
+             dx = to_device(*be, x.data(), x.size() * 4), ids = be->alloc(size_t(n_tok * K) * 4),
+             w = be->alloc(size_t(n_tok * K) * 4), out = be->alloc(x.size() * 4);
+      be->moe_route(dl.as<float>(), n_tok, E, K, true, ids.as<int32_t>(), w.as<float>());
+      std::vector<int32_t> cids(size_t(n_tok * K));
+      std::vector<float> cw(size_t(n_tok * K));
+      cpu::moe_route(logits.data(), n_tok, E, K, true, cids.data(), cw.data());
+      EXPECT_EQ(to_host<int32_t>(*be, ids, cids.size()), cids);
+      EXPECT_LT(max_rel(to_host<float>(*be, w, cw.size()), cw), 1e-5);
+      be->moe_mlp(dev, dx.as<float>(), n_tok, K, ids.as<int32_t>(), w.as<float>(), out.as<float>());
+      std::vector<float> want(x.size());
+      cpu::MoeScratch s;
+      // the CPU on bf16-rounded weights when the GPU holds bf16
+      cpu::moe_mlp(host, x.data(), n_tok, K, cids.data(), cw.data(), want.data(), s);
+      EXPECT_LT(max_rel(to_host<float>(*be, out, x.size()), want), f32 ? 1e-5 : 2e-2)
+          << "tokens " << n_tok << (f32 ? " f32" : " bf16");
+    }
+}
+
+}  // namespace
+}  // namespace wick::test
