@@ -212,6 +212,12 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
       {false, R"({"prompt": ""})", "prompt", "'prompt' is empty"},
       {false, R"({"prompt": [1, 2, 99999999]})", "prompt", "token id 99999999 is outside"},
       {false, R"({"prompt": [-1]})", "prompt", "token id -1 is outside"},
+      {false, R"({"prompt": []})", "prompt", "a string or an array of token ids"},
+      {false, R"({"prompt": [1, "x"]})", "prompt", "a string or an array of token ids"},
+      {false, R"({"prompt": [1, 2.5]})", "prompt", "a string or an array of token ids"},
+      {false, R"({"prompt": [1, 4294967297]})", "prompt", "token id 4294967297 is outside"},
+      {false, R"({"prompt": "x", "stream_options": {"include_usage": "yes"}})", "include_usage",
+       "'include_usage' must be a boolean"},
       {false, R"({"prompt": "x", "logprobs": 9})", "logprobs", "logprobs must be in [0, 5]"},
   };
   for (const BadBody& c : cases) {

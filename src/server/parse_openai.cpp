@@ -30,17 +30,22 @@ namespace {
 std::vector<int32_t> completion_prompt(const json& b, const ModelView& m) {
   if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
   const json& p = b["prompt"];
+  const std::string type_error = "'prompt' must be a string or an array of token ids";
+  if (p.is_string()) {
+    auto prompt = m.tokenizer.encode(p.get<std::string>(), {.add_special = true});
+    if (prompt.empty()) bad("prompt", "'prompt' is empty");
+    return prompt;
+  }
+  if (!p.is_array() || p.empty()) bad("prompt", type_error, "invalid_type");
   std::vector<int32_t> prompt;
-  if (p.is_string())
-    prompt = m.tokenizer.encode(p.get<std::string>(), {.add_special = true});
-  else if (p.is_array() && !p.empty() && p[0].is_number_integer())
-    prompt = p.get<std::vector<int32_t>>();
-  else
-    bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
-  if (prompt.empty()) bad("prompt", "'prompt' is empty");
-  for (int32_t id : prompt)
-    if (id < 0 || id >= m.tokenizer.n_vocab())
-      bad("prompt", fmt::format("token id {} is outside the vocabulary", id));
+  for (const json& id : p) {
+    // Checked one by one: a float or a string is a 400, not a conversion error.
+    if (!id.is_number_integer()) bad("prompt", type_error, "invalid_type");
+    const int64_t v = id.get<int64_t>();
+    if (v < 0 || v >= m.tokenizer.n_vocab())
+      bad("prompt", fmt::format("token id {} is outside the vocabulary", v));
+    prompt.push_back(int32_t(v));
+  }
   return prompt;
 }
 
@@ -95,8 +100,8 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   if (n < 1 || n > 8) bad("n", "'n' must be in [1, 8]");
   r.n_choices = int32_t(n);
   r.stream = field<bool>(b, "stream").value_or(false);
-  r.usage_in_stream = b.contains("stream_options") && b["stream_options"].is_object() &&
-                      b["stream_options"].value("include_usage", false);
+  if (b.contains("stream_options") && b["stream_options"].is_object())
+    r.usage_in_stream = field<bool>(b["stream_options"], "include_usage").value_or(false);
   g.top_logprobs = parse_logprobs(b, chat);
   if (g.top_logprobs >= 0 && r.stream)
     bad("logprobs", "logprobs with stream are not supported yet", "unsupported_parameter");
