@@ -1,0 +1,31 @@
+// Requests as the per-API parsers leave them: the engine's request plus what
+// the server itself does with it (streaming, choices, the response's shape).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/session.h"
+
+namespace wick::server {
+
+// /v1/chat/completions and /v1/completions. Logprobs are asked for when
+// gen.top_logprobs >= 0 (the engine computes them).
+struct OpenAiRequest {
+  bool chat = false;
+  std::string model;  // as the body names it; empty: the server's default
+  GenerateRequest gen;
+  int32_t n_choices = 1;         // each its own request, choice i seeded seed + i
+  bool stream = false;           // SSE
+  bool usage_in_stream = false;  // stream_options.include_usage
+};
+
+// /api/chat and /api/generate.
+struct OllamaRequest {
+  bool chat = false;
+  std::string model;  // as the body names it (":latest" kept for the response)
+  GenerateRequest gen;
+  bool stream = true;  // NDJSON; Ollama streams unless told not to
+};
+
+}  // namespace wick::server

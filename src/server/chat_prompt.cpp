@@ -1,0 +1,77 @@
+#include "server/chat_prompt.h"
+
+#include "text/chat_template.h"
+
+namespace wick::server {
+
+namespace {
+
+void check_messages(const json& messages) {
+  if (!messages.is_array()) bad("messages", "'messages' must be an array", "invalid_type");
+  if (messages.empty()) bad("messages", "'messages' must not be empty");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& msg = messages[i];
+    const std::string p = fmt::format("messages[{}]", i);
+    if (!msg.is_object()) bad(p, p + " must be an object", "invalid_type");
+    if (!msg.contains("role") || !msg["role"].is_string())
+      bad(p + ".role", p + ".role must be a string", "invalid_type");
+    const std::string role = msg["role"];
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+        role != "developer")
+      bad(p + ".role",
+          fmt::format("{}.role '{}' is not one of system, user, assistant, tool", p, role));
+    if (msg.contains("content") && !msg["content"].is_null() && !msg["content"].is_string() &&
+        !msg["content"].is_array())
+      bad(p + ".content", p + ".content must be a string or an array of parts", "invalid_type");
+  }
+}
+
+// What templates expect: string content (text parts joined), "developer" as "system".
+json normalise_messages(const json& messages) {
+  json msgs = messages;
+  for (auto& msg : msgs) {
+    if (msg.contains("content") && msg["content"].is_array()) {
+      std::string text;
+      for (auto& part : msg["content"])
+        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+            part["text"].is_string())
+          text += part["text"].get<std::string>();
+        else
+          bad("messages", "only text content parts are supported");
+      msg["content"] = text;
+    }
+    if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
+    if (msg["role"] == "developer") msg["role"] = "system";
+  }
+  return msgs;
+}
+
+}  // namespace
+
+std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const json& tools,
+                                 const json& extra) {
+  check_messages(messages);
+  json msgs = normalise_messages(messages);
+  const Tokenizer& tk = m.tokenizer;
+  if (tk.chat_template.empty())
+    bad("messages", "this model has no chat template; use the completions endpoint");
+  json vars = {{"messages", msgs},
+               {"add_generation_prompt", true},
+               {"bos_token", tk.bos_token},
+               {"eos_token", tk.eos_token}};
+  if (!tools.is_null()) {
+    if (!tools.is_array()) bad("tools", "'tools' must be an array", "invalid_type");
+    vars["tools"] = tools;
+  }
+  if (extra.is_object())
+    for (auto& [k, v] : extra.items()) vars[k] = v;
+  std::string text;
+  try {
+    text = ChatTemplate(tk.chat_template, m.name).render(vars);
+  } catch (const jinja::TemplateError& e) {
+    bad("messages", e.what(), "template_error");
+  }
+  return tk.encode(text, {.add_special = false, .parse_special = true});
+}
+
+}  // namespace wick::server

@@ -1,0 +1,59 @@
+#include "server/model_lookup.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/model_store.h"
+#include "io/error.h"
+
+namespace wick::server {
+
+std::shared_ptr<const LoadedModel> find_model(const std::string& name,
+                                              const std::string& default_model, bool ollama) {
+  std::string n = name.empty() ? default_model : name;
+  if (ollama && n.size() > 7 && n.compare(n.size() - 7, 7, ":latest") == 0) n.resize(n.size() - 7);
+  try {
+    auto m = ModelPool::global().get(n);
+    if (!m->tokenizer)
+      throw ApiError{400, fmt::format("model '{}' has no tokenizer", n), "invalid_request_error",
+                     "model", "model_without_tokenizer"};
+    return m;
+  } catch (const ModelError& e) {
+    if (std::string(e.what()).rfind("unknown model", 0) == 0)
+      throw ApiError{404, fmt::format("The model '{}' does not exist", n), "invalid_request_error",
+                     "model", "model_not_found"};
+    throw ApiError{500, e.what(), "server_error", "model", "model_load_failed"};
+  } catch (const IoError& e) {
+    throw ApiError{500, e.what(), "server_error", "model", "model_load_failed"};
+  }
+}
+
+int32_t request_n_ctx(const LoadedModel& m, int32_t server_n_ctx) {
+  return std::min<int32_t>(server_n_ctx, int32_t(m.model->config.n_ctx_train));
+}
+
+ModelView model_view(const LoadedModel& m, int32_t server_n_ctx) {
+  return {.tokenizer = *m.tokenizer, .name = m.name, .n_ctx = request_n_ctx(m, server_n_ctx)};
+}
+
+std::vector<std::string> stored_model_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(model_store_dir(), ec)) {
+    auto n = e.path().filename();
+    names.push_back(n.extension() == ".gguf" ? n.stem().string() : n.string());
+  }
+  return names;
+}
+
+int64_t stored_model_bytes(const std::string& name) {
+  try {
+    std::string path = resolve_model(name);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path)) return int64_t(std::filesystem::file_size(path, ec));
+  } catch (...) {
+  }
+  return 0;
+}
+
+}  // namespace wick::server

@@ -1,0 +1,91 @@
+#include "server/parse_common.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace wick::server {
+
+void bad(const std::string& param, const std::string& msg, const std::string& code) {
+  throw ApiError{400, msg, "invalid_request_error", param, code};
+}
+
+json parse_body(std::string_view body) {
+  try {
+    json j = json::parse(body);
+    if (!j.is_object()) bad("", "the request body must be a JSON object", "invalid_json");
+    return j;
+  } catch (const json::parse_error& e) {
+    bad("", std::string("the request body is not valid JSON: ") + e.what(), "invalid_json");
+  }
+}
+
+SamplingParams parse_sampling(const json& obj, const SamplingSpec& spec, uint64_t random_seed) {
+  const SamplingParams& d = spec.defaults;
+  SamplingParams s;
+  s.temperature = float(field<double>(obj, "temperature").value_or(d.temperature));
+  s.top_p = float(field<double>(obj, "top_p").value_or(d.top_p));
+  s.top_k = int32_t(field<int64_t>(obj, "top_k").value_or(d.top_k));
+  s.min_p = float(field<double>(obj, "min_p").value_or(d.min_p));
+  s.repeat_penalty = float(field<double>(obj, "repeat_penalty").value_or(d.repeat_penalty));
+  s.repeat_last_n = d.repeat_last_n;
+  if (spec.has_repeat_last_n)
+    s.repeat_last_n = int32_t(field<int64_t>(obj, "repeat_last_n").value_or(d.repeat_last_n));
+  s.presence_penalty = float(field<double>(obj, "presence_penalty").value_or(d.presence_penalty));
+  s.frequency_penalty =
+      float(field<double>(obj, "frequency_penalty").value_or(d.frequency_penalty));
+  const auto seed = field<int64_t>(obj, "seed");
+  s.seed = seed ? uint64_t(*seed) : random_seed;
+  if (s.repeat_last_n == -1) s.repeat_last_n = 0;  // Ollama's "the whole history"
+  const std::string& pre = spec.param_prefix;
+  if (s.temperature > spec.max_temperature)
+    bad(pre + "temperature", fmt::format("temperature must be in [0, {}]", spec.max_temperature));
+  const float pen = spec.max_abs_penalty;
+  if (std::fabs(s.presence_penalty) > pen)
+    bad(pre + "presence_penalty", fmt::format("presence_penalty must be in [{}, {}]", -pen, pen));
+  if (std::fabs(s.frequency_penalty) > pen)
+    bad(pre + "frequency_penalty", fmt::format("frequency_penalty must be in [{}, {}]", -pen, pen));
+  if (auto err = s.validate(); !err.empty()) bad(pre + err.substr(0, err.find(' ')), err);
+  return s;
+}
+
+void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, GenerateRequest& r) {
+  std::optional<int64_t> asked;
+  for (const char* key : spec.max_tokens_keys)
+    if ((asked = field<int64_t>(obj, key))) break;
+  // The error names the first key the body has (even as null), as clients sent it.
+  const char* key = spec.max_tokens_keys.back();
+  for (const char* k : spec.max_tokens_keys)
+    if (obj.contains(k)) {
+      key = k;
+      break;
+    }
+  const int64_t lowest = spec.negative_max_tokens_is_no_limit ? -2 : 1;
+  if (asked && (*asked < lowest || *asked == 0 || *asked > (1 << 24)))
+    bad(spec.param_prefix + key, spec.max_tokens_error);
+  const bool no_limit = !asked || *asked < 0;
+  r.max_tokens = int32_t(no_limit ? room : std::min<int64_t>(*asked, room));
+  r.stop = parse_stop(obj, spec.stop_key, spec.n_stop_max);
+}
+
+std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n) {
+  std::vector<std::string> out;
+  if (!obj.contains(key) || obj[key].is_null()) return out;
+  const json& s = obj[key];
+  const std::string type_error = fmt::format("'{}' must be a string or an array of strings", key);
+  if (s.is_string()) {
+    out.push_back(s);
+  } else if (s.is_array()) {
+    for (auto& x : s) {
+      if (!x.is_string()) bad(key, type_error, "invalid_type");
+      out.push_back(x);
+    }
+  } else {
+    bad(key, type_error, "invalid_type");
+  }
+  if (out.size() > max_n) bad(key, fmt::format("'{}' takes at most {} strings", key, max_n));
+  for (auto& x : out)
+    if (x.empty()) bad(key, "stop strings must not be empty");
+  return out;
+}
+
+}  // namespace wick::server

@@ -1,0 +1,87 @@
+// What the per-API request parsers share: the API error, typed field access,
+// the model facts a parser needs, and the sampling and limit fields both APIs
+// read (under their own names and defaults, described by a SamplingSpec).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "engine/session.h"
+#include "text/tokenizer.h"
+
+namespace wick::server {
+
+using json = nlohmann::ordered_json;
+
+// An error answered to the client (each API writes it in its own shape).
+struct ApiError {
+  int status;
+  std::string message, type = "invalid_request_error", param, code;
+};
+
+// Throws a 400 naming the field.
+[[noreturn]] void bad(const std::string& param, const std::string& msg,
+                      const std::string& code = "invalid_value");
+
+// Typed optional field access; a wrong type is a 400 naming the field.
+template <typename T>
+std::optional<T> field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) bad(key, fmt::format("'{}' must be a boolean", key), "invalid_type");
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) bad(key, fmt::format("'{}' must be a string", key), "invalid_type");
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer())
+      bad(key, fmt::format("'{}' must be an integer", key), "invalid_type");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) bad(key, fmt::format("'{}' must be a number", key), "invalid_type");
+  }
+  return it->get<T>();
+}
+
+// A request body: a JSON object, else a 400.
+json parse_body(std::string_view body);
+
+// What a parser needs to know of the model a request names.
+struct ModelView {
+  const Tokenizer& tokenizer;
+  std::string name;   // for template error messages
+  int32_t n_ctx = 0;  // the context one request may fill
+};
+
+// One API's names, defaults and bounds for the sampling and limit fields.
+struct SamplingSpec {
+  // Before a field's name in range errors: "options." for Ollama.
+  std::string param_prefix;
+  SamplingParams defaults;  // the seed is not used
+  // Whether repeat_last_n is a field (-1 = the whole history); else the default.
+  bool has_repeat_last_n = false;
+  // Tighter than validate()'s bounds: OpenAI's temperature <= 2, |penalties| <= 2.
+  float max_temperature = std::numeric_limits<float>::infinity();
+  float max_abs_penalty = std::numeric_limits<float>::infinity();  // presence, frequency
+  // The max-tokens fields; the first one present is read.
+  std::vector<const char*> max_tokens_keys;
+  bool negative_max_tokens_is_no_limit = false;  // Ollama's -1 and -2
+  std::string max_tokens_error;                  // the message for an out-of-range limit
+  const char* stop_key = "stop";
+  size_t n_stop_max = 4;
+};
+
+// The sampling fields of obj; no "seed" field takes random_seed.
+SamplingParams parse_sampling(const json& obj, const SamplingSpec& spec, uint64_t random_seed);
+// Sets r.max_tokens (at most room, the context left after the prompt) and r.stop.
+void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, GenerateRequest& r);
+// A string or an array of at most max_n non-empty strings.
+std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n);
+
+}  // namespace wick::server

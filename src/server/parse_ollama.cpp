@@ -1,0 +1,89 @@
+#include "server/parse_ollama.h"
+
+#include <algorithm>
+
+#include "server/chat_prompt.h"
+
+namespace wick::server {
+
+const SamplingSpec kOllamaSampling = {
+    .param_prefix = "options.",
+    .defaults = {.temperature = 0.8f,
+                 .top_k = 40,
+                 .top_p = 0.9f,
+                 .min_p = 0.0f,
+                 .repeat_penalty = 1.1f,
+                 .repeat_last_n = 64,
+                 .presence_penalty = 0.0f,
+                 .frequency_penalty = 0.0f},
+    .has_repeat_last_n = true,
+    .max_tokens_keys = {"num_predict"},
+    .negative_max_tokens_is_no_limit = true,
+    .max_tokens_error = "num_predict must be -1 (no limit) or in [1, 16777216]",
+    .stop_key = "stop",
+    .n_stop_max = 16,
+};
+
+namespace {
+
+// /api/generate: the prompt as is with raw, else as one user turn (after an
+// optional system turn) through the chat template.
+std::vector<int32_t> generate_prompt(const json& b, const ModelView& m) {
+  const std::string p = field<std::string>(b, "prompt").value_or("");
+  if (p.empty()) bad("prompt", "'prompt' is required");
+  if (field<bool>(b, "raw").value_or(false)) return m.tokenizer.encode(p, {.add_special = true});
+  json msgs = json::array();
+  if (auto sys = field<std::string>(b, "system"))
+    msgs.push_back({{"role", "system"}, {"content", *sys}});
+  msgs.push_back({{"role", "user"}, {"content", p}});
+  return chat_prompt(m, msgs, json(), json());
+}
+
+// options.num_ctx narrows the context (never past the server's).
+int64_t context_for(const json& options, const ModelView& m, size_t n_prompt) {
+  const int64_t num_ctx = field<int64_t>(options, "num_ctx").value_or(m.n_ctx);
+  if (num_ctx < 1) bad("options.num_ctx", "num_ctx must be positive");
+  const int64_t ctx = std::min<int64_t>(num_ctx, m.n_ctx);
+  if (int64_t(n_prompt) >= ctx)
+    throw ApiError{400,
+                   fmt::format("the prompt has {} tokens but the context holds {}", n_prompt, ctx),
+                   "invalid_request_error", "options.num_ctx", "context_length_exceeded"};
+  return ctx;
+}
+
+}  // namespace
+
+std::string ollama_model_name(const json& body) {
+  auto name = field<std::string>(body, "model");
+  if (!name) bad("model", "'model' is required", "missing_field");
+  return *name;
+}
+
+std::string ollama_show_model_name(const json& body) {
+  auto name = field<std::string>(body, "model");
+  if (!name) name = field<std::string>(body, "name");
+  if (!name) bad("model", "'model' is required", "missing_field");
+  return *name;
+}
+
+OllamaRequest parse_ollama(const json& b, bool chat, const ModelView& m, uint64_t random_seed) {
+  OllamaRequest r;
+  r.chat = chat;
+  r.model = ollama_model_name(b);
+  GenerateRequest& g = r.gen;
+  if (chat) {
+    if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
+    g.prompt = chat_prompt(m, b["messages"], b.value("tools", json()), json());
+  } else {
+    g.prompt = generate_prompt(b, m);
+  }
+  const json o = b.value("options", json::object());
+  if (!o.is_object()) bad("options", "'options' must be an object", "invalid_type");
+  g.sampling = parse_sampling(o, kOllamaSampling, random_seed);
+  const int64_t ctx = context_for(o, m, g.prompt.size());
+  parse_limits(o, kOllamaSampling, ctx - int64_t(g.prompt.size()), g);
+  r.stream = field<bool>(b, "stream").value_or(true);
+  return r;
+}
+
+}  // namespace wick::server

@@ -1,0 +1,111 @@
+#include "server/parse_openai.h"
+
+#include "server/chat_prompt.h"
+
+namespace wick::server {
+
+const SamplingSpec kOpenAiSampling = {
+    .param_prefix = "",
+    .defaults = {.temperature = 1.0f,
+                 .top_k = 0,
+                 .top_p = 1.0f,
+                 .min_p = 0.0f,
+                 .repeat_penalty = 1.0f,
+                 .repeat_last_n = 0,
+                 .presence_penalty = 0.0f,
+                 .frequency_penalty = 0.0f},
+    .has_repeat_last_n = false,
+    .max_temperature = 2.0f,
+    .max_abs_penalty = 2.0f,
+    .max_tokens_keys = {"max_completion_tokens", "max_tokens"},
+    .negative_max_tokens_is_no_limit = false,
+    .max_tokens_error = "max_tokens must be in [1, 16777216]",
+    .stop_key = "stop",
+    .n_stop_max = 4,
+};
+
+namespace {
+
+// A string (encoded with the tokenizer's specials) or an array of token ids.
+std::vector<int32_t> completion_prompt(const json& b, const ModelView& m) {
+  if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
+  const json& p = b["prompt"];
+  const std::string type_error = "'prompt' must be a string or an array of token ids";
+  if (p.is_string()) {
+    auto prompt = m.tokenizer.encode(p.get<std::string>(), {.add_special = true});
+    if (prompt.empty()) bad("prompt", "'prompt' is empty");
+    return prompt;
+  }
+  if (!p.is_array() || p.empty()) bad("prompt", type_error, "invalid_type");
+  std::vector<int32_t> prompt;
+  for (const json& id : p) {
+    // Checked one by one: a float or a string is a 400, not a conversion error.
+    if (!id.is_number_integer()) bad("prompt", type_error, "invalid_type");
+    const int64_t v = id.get<int64_t>();
+    if (v < 0 || v >= m.tokenizer.n_vocab())
+      bad("prompt", fmt::format("token id {} is outside the vocabulary", v));
+    prompt.push_back(int32_t(v));
+  }
+  return prompt;
+}
+
+void check_fits(size_t n_prompt, int32_t n_ctx, const char* param) {
+  if (int64_t(n_prompt) >= n_ctx)
+    throw ApiError{
+        400,
+        fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens",
+                    n_ctx, n_prompt),
+        "invalid_request_error", param, "context_length_exceeded"};
+}
+
+// Chat takes logprobs: bool and top_logprobs (0-20); completions logprobs: int
+// (0-5). Returns the engine's top_logprobs: -1 when off.
+int32_t parse_logprobs(const json& b, bool chat) {
+  if (chat) {
+    const auto n_top = field<int64_t>(b, "top_logprobs");
+    if (n_top && (*n_top < 0 || *n_top > 20))
+      bad("top_logprobs", "top_logprobs must be in [0, 20]");
+    if (field<bool>(b, "logprobs").value_or(false)) return int32_t(n_top.value_or(0));
+    if (n_top) bad("top_logprobs", "top_logprobs needs logprobs: true");
+    return -1;
+  }
+  const auto n_top = field<int64_t>(b, "logprobs");
+  if (!n_top) return -1;
+  if (*n_top < 0 || *n_top > 5) bad("logprobs", "logprobs must be in [0, 5]");
+  return int32_t(*n_top);
+}
+
+}  // namespace
+
+std::string openai_model_name(const json& body) {
+  return field<std::string>(body, "model").value_or("");
+}
+
+OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_t random_seed) {
+  OpenAiRequest r;
+  r.chat = chat;
+  r.model = openai_model_name(b);
+  GenerateRequest& g = r.gen;
+  if (chat) {
+    if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
+    g.prompt = chat_prompt(m, b["messages"], b.value("tools", json()),
+                           b.value("chat_template_kwargs", json()));
+  } else {
+    g.prompt = completion_prompt(b, m);
+  }
+  check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
+  g.sampling = parse_sampling(b, kOpenAiSampling, random_seed);
+  parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
+  const int64_t n = field<int64_t>(b, "n").value_or(1);
+  if (n < 1 || n > 8) bad("n", "'n' must be in [1, 8]");
+  r.n_choices = int32_t(n);
+  r.stream = field<bool>(b, "stream").value_or(false);
+  if (b.contains("stream_options") && b["stream_options"].is_object())
+    r.usage_in_stream = field<bool>(b["stream_options"], "include_usage").value_or(false);
+  g.top_logprobs = parse_logprobs(b, chat);
+  if (g.top_logprobs >= 0 && r.stream)
+    bad("logprobs", "logprobs with stream are not supported yet", "unsupported_parameter");
+  return r;
+}
+
+}  // namespace wick::server

@@ -1,0 +1,57 @@
+// The one path from a parsed request to the engine loop and back, for both
+// APIs: submit its choices (429 when the queue is full), then wait for the
+// results or stream each event through an API's StreamWriter, cancelling
+// every choice when the client goes away.
+#pragma once
+
+#include <httplib.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/engine_loop.h"
+#include "server/parse_common.h"
+
+namespace wick::server {
+
+using Channels = std::vector<std::shared_ptr<Channel>>;
+
+// An API's streamed response: the bytes for each event of choice i.
+class StreamWriter {
+ public:
+  virtual ~StreamWriter() = default;
+  virtual std::string text(size_t i, const std::string& piece) = 0;
+  // The last event of choice i; r.stop_reason starts with "error" when it failed.
+  virtual std::string done(size_t i, const GenerateResult& r) = 0;
+  virtual std::string end() = 0;  // after every choice is done
+};
+
+// The APIs' finish reason for an engine stop reason.
+std::string finish_reason(const std::string& stop_reason);
+
+class Submitter {
+ public:
+  explicit Submitter(EngineLoop& loop) : loop_(loop) {}
+  // Queues n_choices copies of r, choice i seeded r.sampling.seed + i. All or
+  // none: a full queue cancels those already queued and throws a 429.
+  Channels submit(std::shared_ptr<const LoadedModel> m, const GenerateRequest& r,
+                  int32_t n_choices);
+  // Each choice's result, in order; ApiError when the engine failed one
+  // (400) or stopped (503); the other choices are then cancelled.
+  std::vector<GenerateResult> wait(const Channels& chans);
+  // Answers res with a chunked stream of the writer's output for chans.
+  void respond(httplib::Response& res, const char* content_type, const Channels& chans,
+               std::shared_ptr<StreamWriter> writer);
+  void cancel(const Channels& chans);
+
+ private:
+  GenerateResult wait_one(const std::shared_ptr<Channel>& ch);
+  // Writes every event until all choices are done; false when the client went away.
+  bool pump(const Channels& chans, StreamWriter& writer, httplib::DataSink& sink);
+
+  EngineLoop& loop_;
+};
+
+}  // namespace wick::server

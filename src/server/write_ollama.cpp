@@ -1,0 +1,110 @@
+#include "server/write_ollama.h"
+
+#include <fmt/chrono.h>
+
+#include <algorithm>
+
+namespace wick::server {
+
+namespace {
+
+int64_t ns(double ms) {
+  return int64_t(ms * 1e6);
+}
+
+json tag_entry(const std::string& name, int64_t n_bytes) {
+  return {{"name", name + ":latest"},
+          {"model", name + ":latest"},
+          {"modified_at", iso_now()},
+          {"size", n_bytes},
+          {"digest", ""},
+          {"details",
+           {{"format", "gguf"},
+            {"family", ""},
+            {"families", json::array()},
+            {"parameter_size", ""},
+            {"quantization_level", ""}}}};
+}
+
+// The reply's first keys; text goes under message.content (chat) or response.
+json head(bool chat, const std::string& model, const std::string& text) {
+  json o = {{"model", model}, {"created_at", iso_now()}};
+  if (chat)
+    o["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    o["response"] = text;
+  return o;
+}
+
+}  // namespace
+
+std::string iso_now() {
+  auto now = std::chrono::system_clock::now();
+  auto secs = std::chrono::time_point_cast<std::chrono::seconds>(now);
+  auto frac = std::chrono::duration_cast<std::chrono::microseconds>(now - secs).count();
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:06d}Z",
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(now)), frac);
+}
+
+json ollama_error(const ApiError& e) {
+  return {{"error", e.message}};
+}
+
+json ollama_version() {
+  return {{"version", "0.1.0"}};
+}
+
+json ollama_tags(const std::vector<std::pair<std::string, int64_t>>& models) {
+  json out = json::array();
+  for (auto& [name, n_bytes] : models) out.push_back(tag_entry(name, n_bytes));
+  return {{"models", out}};
+}
+
+json ollama_show(const LoadedModel& m) {
+  const auto& c = m.model->config;
+  std::string types;
+  for (auto& [t, n] : m.model->n_params_by_dtype) types += (types.empty() ? "" : ",") + t;
+  return {{"modelfile", ""},
+          {"parameters", ""},
+          {"template", m.tokenizer->chat_template},
+          {"details",
+           {{"format", m.model->format == ModelFormat::Gguf ? "gguf" : "safetensors"},
+            {"family", arch_name(c.arch)},
+            {"families", json::array({arch_name(c.arch)})},
+            {"parameter_size", fmt::format("{:.1f}M", double(m.model->n_params) / 1e6)},
+            {"quantization_level", types}}},
+          {"model_info",
+           {{"general.architecture", arch_name(c.arch)},
+            {"general.parameter_count", m.model->n_params},
+            {"context_length", c.n_ctx_train},
+            {"embedding_length", c.n_embd},
+            {"block_count", c.n_layer}}}};
+}
+
+json ollama_final(bool chat, const std::string& model, Clock::time_point t0,
+                  const GenerateResult& g, bool with_text) {
+  const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  json o = head(chat, model, with_text ? g.text : "");
+  o["done"] = true;
+  o["done_reason"] = finish_reason(g.stop_reason);
+  o["total_duration"] = ns(total_ms);
+  o["load_duration"] = 0;
+  o["prompt_eval_count"] = g.n_prompt;
+  o["prompt_eval_duration"] = ns(g.ttft_ms);
+  o["eval_count"] = g.tokens.size();
+  o["eval_duration"] = ns(std::max(0.0, total_ms - g.ttft_ms));
+  return o;
+}
+
+std::string OllamaStream::text(size_t, const std::string& piece) {
+  json o = head(chat_, model_, piece);
+  o["done"] = false;
+  return o.dump() + "\n";
+}
+
+std::string OllamaStream::done(size_t, const GenerateResult& g) {
+  if (g.stop_reason.rfind("error", 0) == 0) return json{{"error", g.stop_reason}}.dump() + "\n";
+  return ollama_final(chat_, model_, t0_, g, false).dump() + "\n";
+}
+
+}  // namespace wick::server

@@ -1,0 +1,45 @@
+// Ollama response bodies: /api/generate and /api/chat results and their
+// NDJSON lines, /api/tags, /api/show, /api/version and errors.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model_pool.h"
+#include "server/api_types.h"
+#include "server/parse_common.h"
+#include "server/submit.h"
+
+namespace wick::server {
+
+using Clock = std::chrono::steady_clock;
+
+std::string iso_now();  // 2024-01-02T03:04:05.123456Z
+json ollama_error(const ApiError& e);
+json ollama_version();
+// (name, file bytes) per stored model.
+json ollama_tags(const std::vector<std::pair<std::string, int64_t>>& models);
+json ollama_show(const LoadedModel& m);
+// The last object of a response (the whole one without streaming, text
+// included); durations run from t0, when the request was submitted.
+json ollama_final(bool chat, const std::string& model, Clock::time_point t0,
+                  const GenerateResult& g, bool with_text);
+
+// NDJSON: one object per piece of text, then the final one.
+class OllamaStream : public StreamWriter {
+ public:
+  OllamaStream(const OllamaRequest& r, Clock::time_point t0)
+      : chat_(r.chat), model_(r.model), t0_(t0) {}
+  std::string text(size_t i, const std::string& piece) override;
+  std::string done(size_t i, const GenerateResult& g) override;
+  std::string end() override { return ""; }
+
+ private:
+  bool chat_;
+  std::string model_;
+  Clock::time_point t0_;
+};
+
+}  // namespace wick::server
