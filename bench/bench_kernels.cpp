@@ -84,15 +84,16 @@ BENCHMARK_CAPTURE(BM_Matmul, q8_0, DType::Q8_0)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q4_0, DType::Q4_0)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q4_1, DType::Q4_1)->Arg(1)->Arg(32);
 
-// One thread, one kernel set: dot_row over every row of a 4864 x 896 weight (the fused decode
-// kernel), and dequant_row + dot (what prefill does per weight row and activation row).
+// One thread, one kernel set: dot_row over every row of a 4864 x 1024 weight (the fused decode
+// kernel), and dequant_row + dot (what prefill does per weight row and activation row). 1024
+// (Qwen3-0.6B's width) rather than 896 so that K-quant rows are whole blocks.
 void BM_DotRow(benchmark::State& st, const char* isa, DType t, bool fused) {
   const cpu::SimdKernels* k = cpu::simd_for(isa);
   if (!k) {
     st.SkipWithError("this CPU lacks the ISA");
     return;
   }
-  const int64_t n_in = 896, n_out = 4864;
+  const int64_t n_in = 1024, n_out = 4864;
   std::mt19937 rng(1);
   auto wbytes = random_weight(t, n_out, n_in, rng);
   const size_t rb = row_bytes(t, n_in);
