@@ -84,7 +84,7 @@ TEST_P(KernelSet, DequantAndFusedDotAreExact) {
   std::mt19937 rng(1234 + unsigned(t));
   std::normal_distribution<float> nd;
   for (const int64_t n : sizes) {
-    const int64_t n_rows = 5;  // rows after the first start at odd byte offsets
+    const int64_t n_rows = 5;  // rows after the first start at unaligned byte offsets
     auto wb = random_weight(t, n_rows, n, rng);
     const size_t rb = row_bytes(t, n);
     std::vector<float> x(static_cast<size_t>(n) + 1);
@@ -138,19 +138,21 @@ TEST_P(HalfKernels, EveryBitPattern) {
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(bits(got[size_t(i)]), bits(ref[size_t(i)]))
         << isa << " 0x" << std::hex << all[size_t(i)];
-  // each value alone in a row (in the unrolled body, the 16- or 8-wide tail and the scalar
-  // tail): dot_row must agree with dot over the reference weights
-  std::vector<uint16_t> w(40);
-  std::vector<float> x(40), wf(40), buf(40);
+  // each value alone in a row of 88 at positions in the unrolled loop, the 16- (avx512) or 8-wide
+  // (avx2) remainder loop and the scalar tail: dot_row must agree with dot over the reference
+  // weights
+  constexpr int64_t kRow = 88;
+  std::vector<uint16_t> w(kRow);
+  std::vector<float> x(kRow), wf(kRow), buf(kRow);
   for (const uint16_t h : all)
-    for (const int64_t pos : {0, 35, 39}) {
-      w.assign(40, 0);
+    for (const int64_t pos : {5, 50, 70, 85}) {
+      w.assign(kRow, 0);
       w[size_t(pos)] = h;
-      x.assign(40, 0.f);
+      x.assign(kRow, 0.f);
       x[size_t(pos)] = 1.5f;
-      dequantize_row_ref(t, w.data(), wf.data(), 40);
-      ASSERT_EQ(bits(k->dot_row(t, w.data(), x.data(), 40, buf.data())),
-                bits(k->dot(x.data(), wf.data(), 40)))
+      dequantize_row_ref(t, w.data(), wf.data(), kRow);
+      ASSERT_EQ(bits(k->dot_row(t, w.data(), x.data(), kRow, buf.data())),
+                bits(k->dot(x.data(), wf.data(), kRow)))
           << isa << " 0x" << std::hex << h << " at " << std::dec << pos;
     }
 }
