@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -34,14 +35,22 @@ std::vector<uint8_t> random_weight(DType t, int64_t n_out, int64_t n_in, std::mt
       case DType::Q8_0:
         quantize_row_q8_0(row.data(), dst, n_in);
         break;
-      default:  // Q4_0 / Q4_1: random nibbles, small scales
+      case DType::F16:
+        for (int64_t i = 0; i < n_in; ++i)
+          reinterpret_cast<uint16_t*>(dst)[i] = f32_to_f16(row[size_t(i)]);
+        break;
+      default: {  // block types: random codes, small f16 scales (and mins)
         for (size_t i = 0; i < rb; ++i) dst[i] = uint8_t(rng());
-        for (int64_t b = 0; b < n_in / 32; ++b) {
-          auto* blk = dst + size_t(b) * traits(t).block_bytes;
-          uint16_t d = f32_to_f16(0.002f);
-          std::memcpy(blk, &d, 2);
-          if (t == DType::Q4_1) std::memcpy(blk + 2, &d, 2);
+        const size_t bb = traits(t).block_bytes;
+        const bool has_min =
+            t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K;
+        const size_t d_off = t == DType::Q6_K ? 208 : 0;
+        const uint16_t d = f32_to_f16(0.002f);
+        for (size_t b = 0; b < rb / bb; ++b) {
+          std::memcpy(dst + b * bb + d_off, &d, 2);
+          if (has_min) std::memcpy(dst + b * bb + 2, &d, 2);
         }
+      }
     }
   }
   return out;
@@ -74,6 +83,51 @@ BENCHMARK_CAPTURE(BM_Matmul, bf16, DType::BF16)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q8_0, DType::Q8_0)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q4_0, DType::Q4_0)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q4_1, DType::Q4_1)->Arg(1)->Arg(32);
+
+// One thread, one kernel set: dot_row over every row of a 4864 x 1024 weight (the fused decode
+// kernel), and dequant_row + dot (what prefill does per weight row and activation row). 1024
+// (Qwen3-0.6B's width) rather than 896 so that K-quant rows are whole blocks.
+void BM_DotRow(benchmark::State& st, const char* isa, DType t, bool fused) {
+  const cpu::SimdKernels* k = cpu::simd_for(isa);
+  if (!k) {
+    st.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  const int64_t n_in = 1024, n_out = 4864;
+  std::mt19937 rng(1);
+  auto wbytes = random_weight(t, n_out, n_in, rng);
+  const size_t rb = row_bytes(t, n_in);
+  std::vector<float> x(static_cast<size_t>(n_in)), buf(static_cast<size_t>(n_in));
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  for (auto _ : st) {
+    float acc = 0;
+    for (int64_t o = 0; o < n_out; ++o) {
+      const uint8_t* w = wbytes.data() + size_t(o) * rb;
+      if (fused) {
+        acc += k->dot_row(t, w, x.data(), n_in, buf.data());
+      } else {
+        k->dequant_row(t, w, buf.data(), n_in);
+        acc += k->dot(x.data(), buf.data(), n_in);
+      }
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  st.counters["weight_GB/s"] =
+      benchmark::Counter(double(wbytes.size()), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+[[maybe_unused]] const bool kDotRowRegistered = [] {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (const char* isa : {"generic", "avx2", "avx512"})
+      for (bool fused : {true, false})
+        benchmark::RegisterBenchmark(
+            (std::string(fused ? "BM_DotRow/" : "BM_DequantDot/") + dtype_name(t) + "/" + isa)
+                .c_str(),
+            BM_DotRow, isa, t, fused);
+  return true;
+}();
 
 void BM_Dot(benchmark::State& st) {
   const int64_t n = st.range(0);
