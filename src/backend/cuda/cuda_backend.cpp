@@ -71,9 +71,10 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     drop_graphs();
+    // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
     owned_.clear();
-    batch_buf_.reset();
+    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_}) b->reset();
     cudaEventDestroy(upload_done_);
     cudaFreeHost(pinned_);
     cudaStreamDestroy(st_);
