@@ -18,8 +18,10 @@
 
 namespace wick::test {
 
+// ../shared, or WICK_SHARED_DIR at run time (a GPU machine with a copy elsewhere)
 inline std::string shared_dir() {
-  return WICK_SHARED_DIR;
+  const char* d = std::getenv("WICK_SHARED_DIR");
+  return d && *d ? d : WICK_SHARED_DIR;
 }
 inline std::string tiny_dir(const std::string& arch) {
   return shared_dir() + "/fixtures/tiny-models/" + arch;

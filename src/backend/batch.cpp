@@ -15,7 +15,7 @@ void Batch::clear() {
   finished_ = false;
 }
 
-void Batch::finish(int32_t block_size, int32_t table_width) {
+void Batch::finish(int32_t block_size, int32_t table_width, int32_t ctx_round) {
   const int32_t n_tok = int32_t(token_ids.size()), n_seq = int32_t(block_tables.size());
   if (positions.size() != token_ids.size() || seq_of.size() != token_ids.size())
     throw std::invalid_argument("batch: token, position and sequence counts differ");
@@ -60,7 +60,11 @@ void Batch::finish(int32_t block_size, int32_t table_width) {
     std::fill(row, row + a.max_blocks, -1);
     std::copy(table.begin(), table.end(), row);
   }
-  if (table_width > 0) a.max_ctx = table_width * block_size;
+  if (table_width > 0) {
+    const int32_t cap = table_width * block_size;
+    a.max_ctx =
+        ctx_round > 0 ? std::min(cap, (a.max_ctx + ctx_round - 1) / ctx_round * ctx_round) : cap;
+  }
   std::copy(logit_rows.begin(), logit_rows.end(), section(5, logit_rows.size()));
   for (int32_t r : logit_rows)
     if (r < 0 || r >= n_tok) throw std::invalid_argument("batch: a logit row names no token");

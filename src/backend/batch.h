@@ -52,7 +52,9 @@ class Batch {
   // table), and then max_ctx is the capacity table_width * block_size: the
   // packed layout and the launch shapes stay the same from step to step, as
   // a replayed CUDA graph needs.
-  void finish(int32_t block_size, int32_t table_width = 0);
+  // ctx_round > 0 (with a fixed width): max_ctx is the longest context
+  // rounded up to a multiple of it, so that a few launch shapes cover all steps.
+  void finish(int32_t block_size, int32_t table_width = 0, int32_t ctx_round = 0);
   // All integers of the finished batch in one array, and the view of it
   // whose pointers start at `base` (a copy of packed() in backend memory).
   const std::vector<int32_t>& packed() const { return packed_; }

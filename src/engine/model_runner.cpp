@@ -40,8 +40,15 @@ void ModelRunner::run(Batch& b) {
   // recorded once per batch size and replayed.
   const bool decode = b.n_tokens() > 0 && size_t(b.n_tokens()) == b.block_tables.size() &&
                       size_t(b.n_tokens()) == n_rows_;
-  if (decode && opt.table_width > 0)
-    opt.graph_key = (uint64_t(reinterpret_cast<uintptr_t>(this)) << 16) ^ uint64_t(b.n_tokens());
+  if (decode && opt.table_width > 0) {
+    // one graph per batch size and context bucket (attention's launch shape)
+    constexpr int32_t kCtxRound = 512;
+    opt.ctx_round = kCtxRound;
+    const int32_t max_pos = *std::max_element(b.positions.begin(), b.positions.end());
+    const uint64_t bucket = uint64_t(max_pos / kCtxRound);
+    opt.graph_key = (uint64_t(reinterpret_cast<uintptr_t>(this)) << 24) ^ (bucket << 12) ^
+                    uint64_t(b.n_tokens());
+  }
   forward(*model_->device, model_->config(), b, *kv_, scratch_, out, opt);
   row_on_host_.assign(n_rows_, model_->backend().device() == Device::Cpu);
 }

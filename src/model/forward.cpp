@@ -161,7 +161,7 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= c.n_vocab)
       throw_model("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
-  batch.finish(int32_t(kv.block_size), opt.table_width);
+  batch.finish(int32_t(kv.block_size), opt.table_width, opt.ctx_round);
   s.reserve(be, c, batch.n_tokens(), int64_t(batch.logit_rows.size()));
   const BatchArgs b = be.upload(batch);
   const uint64_t key = be.can_graph() && opt.table_width > 0 ? opt.graph_key : 0;

@@ -32,6 +32,7 @@ struct ForwardScratch {
 
 struct ForwardOptions {
   int32_t table_width = 0;  // a fixed block-table width (see Batch::finish); 0 = the batch's
+  int32_t ctx_round = 0;    // with it, max_ctx rounded up to a multiple of this (Batch::finish)
   // Non-zero: the step may be recorded as a graph under this key and replayed
   // for later steps with the same key (the caller keys on everything that
   // shapes the step: token count, buffers; table_width must be fixed).

@@ -210,10 +210,23 @@ __global__ void __launch_bounds__(128)
     }
   }
 
-  // Unnormalised partial result of this partition: m, l, o[HD].
+  // Unnormalised partial result of this partition: m, l, o[HD]. A row whose
+  // keys all lie in this partition is finished here: o / l is bit for bit
+  // what the combine would compute (its weight 2^(m - m) is exactly 1).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!row_ok[h]) continue;
+    const int last = row_pos[h] / kAttnPartition;
+    if (row_lo(row_pos[h], a.sliding_window) / kAttnPartition == last) {
+      if (part != last) continue;  // this row has no keys here
+      float* dst = a.out + (size_t(row_tok[h]) * a.n_head + row_head[h]) * HD;
+#pragma unroll
+      for (int d = 0; d < HD / 8; ++d) {
+        dst[8 * d + 2 * c] = o[d][2 * h] / l[h];
+        dst[8 * d + 2 * c + 1] = o[d][2 * h + 1] / l[h];
+      }
+      continue;
+    }
     float* dst =
         a.partial + ((size_t(row_tok[h]) * a.n_head + row_head[h]) * n_parts + part) * (HD + 2);
     if (c == 0) {
@@ -233,6 +246,7 @@ __global__ void attn_combine_kernel(const AttnArgs a, const BatchArgs b, int n_p
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
   const int pos = b.positions[t];
   const int first = row_lo(pos, a.sliding_window) / kAttnPartition, last = pos / kAttnPartition;
+  if (first == last) return;  // finished by the attention kernel
   const float* src = a.partial + (size_t(t) * a.n_head + h) * n_parts * (hd + 2);
   float mx = -INFINITY;
   for (int i = first; i <= last; ++i) mx = fmaxf(mx, src[i * (hd + 2)]);
@@ -308,6 +322,7 @@ void launch_f16(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
   const dim3 grid(unsigned(b.n_runs * n_row_tiles * n_parts), unsigned(a.n_head_kv));
   attn_f16_kernel<HD><<<grid, 128, 0, st>>>(a, b, n_row_tiles, n_parts);
   WICK_CUDA_LAUNCHED();
+  if (n_parts == 1) return;  // every row finished in the one partition
   attn_combine_kernel<<<dim3(unsigned(b.n_tokens), unsigned(a.n_head)), std::min(HD, 128), 0, st>>>(
       a, b, n_parts);
   WICK_CUDA_LAUNCHED();

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -67,6 +68,8 @@ class CudaBackend final : public Backend {
     if (budget_ > free_b) budget_ = free_b;
     WICK_CUDA_CHECK(cudaMallocHost(&pinned_, kPinnedBytes));
     WICK_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    if (const char* g = std::getenv("WICK_CUDA_GRAPHS"); g && std::string(g) == "0")
+      graphs_on_ = false;
     spdlog::debug("{}: {:.0f} MiB of {:.0f} MiB usable", name_, mib(budget_), mib(total_b));
   }
   ~CudaBackend() override {
@@ -198,7 +201,8 @@ class CudaBackend final : public Backend {
     return b.args(batch_buf_.as<int32_t>());
   }
 
-  bool can_graph() const override { return !trace && !opt_.gpu_f32; }
+  // WICK_CUDA_GRAPHS=0 turns graphs off (for profilers that time each kernel).
+  bool can_graph() const override { return graphs_on_ && !trace && !opt_.gpu_f32; }
   bool replay(uint64_t key) override {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
@@ -352,6 +356,7 @@ class CudaBackend final : public Backend {
                            int64_t k, const int32_t* ids, const float* w, float* out);
 
   BackendOptions opt_;
+  bool graphs_on_ = true;
   std::string name_;
   cudaStream_t st_ = nullptr;
   size_t budget_ = 0, used_ = 0;

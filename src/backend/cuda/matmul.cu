@@ -81,25 +81,28 @@ __device__ __forceinline__ const uint8_t* row_ptr(const GpuWeight& w, int row) {
   return static_cast<const uint8_t*>(w.q) + size_t(row) * size_t(w.k_pad) * kNum / 2;
 }
 
-// Loads and decodes the lane's weights of one chunk for NT n-tiles.
+// The raw 16 bytes of one lane's weights of one chunk, with its group's
+// scale and min: fetched a few chunks ahead, decoded when used.
+struct RawB {
+  uint4 q;
+  float s, m;
+};
+
 template <Fmt F, int NT>
-__device__ __forceinline__ void load_b(const GpuWeight& w, int n0, int g, int k,
-                                       uint32_t (&b)[NT][kE<F> / 2]) {
+__device__ __forceinline__ void fetch_b(const GpuWeight& w, int n0, int g, int k, RawB (&r)[NT]) {
   constexpr int kBytesPer16 = F == Fmt::U4 ? 8 : (F == Fmt::I8 ? 16 : 32);  // bytes per 16 elems
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int row = n0 + 8 * nt + g;
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    float s = 0.f, m = 0.f;
+    r[nt] = RawB{make_uint4(0, 0, 0, 0), 0.f, 0.f};
     if (row < w.n_out) {
-      raw = ld_stream(row_ptr<F>(w, row) + size_t(k) * kBytesPer16 / 16);
+      r[nt].q = ld_stream(row_ptr<F>(w, row) + size_t(k) * kBytesPer16 / 16);
       if constexpr (F == Fmt::I8 || F == Fmt::U4) {
         const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(k / w.group);
-        s = __ldg(w.scale + gi);
-        m = w.min ? __ldg(w.min + gi) : 0.f;
+        r[nt].s = __ldg(w.scale + gi);
+        r[nt].m = w.min ? __ldg(w.min + gi) : 0.f;
       }
     }
-    decode<F>(raw, s, m, b[nt]);
   }
 }
 
@@ -140,55 +143,81 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   const int n0 = (int(blockIdx.x) - p.jobs[j].tile_start) * 8 * NT;
   const int n_chunks = p.k_pad / KC;
 
-  float acc[NACC][MT][NT][4];
+  // Slice w sums chunks w, w + kw, ... in order; a warp computes slices
+  // warp, warp + n_warps, ... and leaves each slice's tile in shared memory;
+  // the tile's elements are then summed over slices 0..kw-1 in order.
+  constexpr int TR = 16 * MT, TC = 8 * NT, TILE = TR * TC;
+  constexpr int P = MT == 1 ? 4 : 1;  // chunks fetched ahead of their use
+  const int n_warps = int(blockDim.x) / 32;
+  for (int w = warp; w < p.kw; w += n_warps) {
+    float acc[NACC][MT][NT][4];
 #pragma unroll
-  for (int a = 0; a < NACC; ++a)
+    for (int a = 0; a < NACC; ++a)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[a][mt][nt][i] = 0.f;
-
-#pragma unroll 2
-  for (int ch = warp; ch < n_chunks; ch += p.kw) {
-    const int k = ch * KC + E * c;
-    uint32_t b[NACC][NT][E / 2];
-    load_b<F, NT>(W, n0, g, k, b[0]);
-    if constexpr (GATED) load_b<F, NT>(U, n0, g, k, b[NACC - 1]);
+          for (int i = 0; i < 4; ++i) acc[a][mt][nt][i] = 0.f;
+    RawB raw[P][NACC][NT];
 #pragma unroll
-    for (int s = 0; s < E / 4; ++s) {
+    for (int d = 0; d < P; ++d) {
+      const int ch = w + d * p.kw;
+      if (ch < n_chunks) {
+        fetch_b<F, NT>(W, n0, g, ch * KC + E * c, raw[d][0]);
+        if constexpr (GATED) fetch_b<F, NT>(U, n0, g, ch * KC + E * c, raw[d][NACC - 1]);
+      }
+    }
+    for (int base = w; base < n_chunks; base += P * p.kw) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int r = m0 + 16 * mt + g;
-        const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s),
-                     x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
-        const uint32_t a0 = pack_bf16(x0.x, x0.y), a1 = pack_bf16(x1.x, x1.y),
-                       a2 = pack_bf16(x0.z, x0.w), a3 = pack_bf16(x1.z, x1.w);
+      for (int d = 0; d < P; ++d) {
+        const int ch = base + d * p.kw;
+        if (ch >= n_chunks) break;
+        const int k = ch * KC + E * c;
+        uint32_t b[NACC][NT][E / 2];
 #pragma unroll
         for (int a = 0; a < NACC; ++a)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
-            mma_bf16(acc[a][mt][nt], a0, a1, a2, a3, b[a][nt][2 * s], b[a][nt][2 * s + 1]);
+            decode<F>(raw[d][a][nt].q, raw[d][a][nt].s, raw[d][a][nt].m, b[a][nt]);
+        const int next = ch + P * p.kw;
+        if (next < n_chunks) {
+          fetch_b<F, NT>(W, n0, g, next * KC + E * c, raw[d][0]);
+          if constexpr (GATED) fetch_b<F, NT>(U, n0, g, next * KC + E * c, raw[d][NACC - 1]);
+        }
+#pragma unroll
+        for (int s = 0; s < E / 4; ++s) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const int r = m0 + 16 * mt + g;
+            const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s),
+                         x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
+            const uint32_t a0 = pack_bf16(x0.x, x0.y), a1 = pack_bf16(x1.x, x1.y),
+                           a2 = pack_bf16(x0.z, x0.w), a3 = pack_bf16(x1.z, x1.w);
+#pragma unroll
+            for (int a = 0; a < NACC; ++a)
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+                mma_bf16(acc[a][mt][nt], a0, a1, a2, a3, b[a][nt][2 * s], b[a][nt][2 * s + 1]);
+          }
+        }
       }
     }
+#pragma unroll
+    for (int a = 0; a < NACC; ++a) {
+      float* t = red + (w * NACC + a) * TILE;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int r = 16 * mt + g, col = 8 * nt + 2 * c;
+          t[r * TC + col] = acc[a][mt][nt][0];
+          t[r * TC + col + 1] = acc[a][mt][nt][1];
+          t[(r + 8) * TC + col] = acc[a][mt][nt][2];
+          t[(r + 8) * TC + col + 1] = acc[a][mt][nt][3];
+        }
+    }
   }
-
-  // Partial sums of the warps, added in warp order.
-  constexpr int TR = 16 * MT, TC = 8 * NT, TILE = TR * TC;
-#pragma unroll
-  for (int a = 0; a < NACC; ++a)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float* t = red + (warp * NACC + a) * TILE;
-        const int r = 16 * mt + g, col = 8 * nt + 2 * c;
-        t[r * TC + col] = acc[a][mt][nt][0];
-        t[r * TC + col + 1] = acc[a][mt][nt][1];
-        t[(r + 8) * TC + col] = acc[a][mt][nt][2];
-        t[(r + 8) * TC + col + 1] = acc[a][mt][nt][3];
-      }
   __syncthreads();
   for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
     const int r = m0 + i / TC, col = n0 + i % TC;
@@ -209,9 +238,13 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   }
 }
 
-// Warps per CTA: a function of the weight's chunk count alone.
+// Slices of k per output element: a function of the weight's shape alone.
+// Matrices with few rows (q, k, v, o, down) take more slices, so that a
+// decode step has enough warps in flight to stream them at full bandwidth.
 int kw_for(const GpuWeight& w) {
-  return w.k_pad / k_chunk(w.fmt) >= 64 ? 8 : 4;
+  const int n_chunks = w.k_pad / k_chunk(w.fmt);
+  if (w.n_out <= 2048) return std::min(16, std::max(4, n_chunks / 2));
+  return n_chunks >= 64 ? 8 : 4;
 }
 
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED>
@@ -219,13 +252,15 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   const int nacc = GATED ? 2 : 1;
   const size_t smem = size_t(p.kw) * nacc * 16 * MT * 8 * NT * sizeof(float);
   auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED>;
-  static bool raised = false;  // per instantiation: allow up to 96 KiB of shared memory
+  static bool raised = false;  // per instantiation: allow up to 160 KiB of shared memory
   if (!raised) {
     WICK_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
     raised = true;
   }
-  kernel<<<dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), p.kw * 32, smem, st>>>(p);
+  // up to 16 warps for the small decode tiles, 8 for the register-heavy larger ones
+  const int n_warps = std::min(p.kw, MT == 1 ? 16 : 8);
+  kernel<<<dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), n_warps * 32, smem, st>>>(p);
   WICK_CUDA_LAUNCHED();
 }
 
@@ -337,7 +372,8 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, cudaStream
     p.kw = kw_for(w0);
     p.n_jobs = 0;
     while (start < n_jobs && p.n_jobs < kMaxJobs && jobs[start].w->fmt == w0.fmt &&
-           jobs[start].w->k_pad == w0.k_pad && jobs[start].w->group == w0.group) {
+           jobs[start].w->k_pad == w0.k_pad && jobs[start].w->group == w0.group &&
+           kw_for(*jobs[start].w) == p.kw) {
       p.jobs[p.n_jobs++] = Job{*jobs[start].w, jobs[start].y, jobs[start].bias, 0};
       ++start;
     }
