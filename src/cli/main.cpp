@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   spdlog::set_pattern("%^%l%$: %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("wick"));
-  CLI::App app{"wick: run large language models locally and fast (CPU; CUDA planned)"};
+  CLI::App app{"wick: run large language models locally and fast (CPU and CUDA)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "wick 0.1.0");
   app.footer(
@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
       "  WICK_MAX_MODEL_BYTES     byte budget of loaded models; 0 = no limit (default: 0)\n"
       "  WICK_PREFIX_CACHE        0 turns the prefix cache off (default: 1)\n"
       "  WICK_API_KEY             wick serve: require Authorization: Bearer KEY\n"
+      "  WICK_DEVICE              cpu, cuda or auto: where models run (--device wins; default auto)\n"
+      "  WICK_CUDA_GRAPHS         0 turns CUDA graphs off (for profilers; default 1)\n"
       "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
   wick::cli::register_run(app);
