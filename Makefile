@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 WICK := $(BUILD)/bin/wick
 
-.PHONY: all setup configure build test run bench format clean
+.PHONY: all setup configure build test run bench bench-cpu format clean
 
 all: build
 
@@ -31,6 +31,10 @@ run: build model
 bench: build model
 	$(WICK) bench $$(./scripts/fetch_model) -p 128 -n 64 -r 2
 	$(BUILD)/bin/wick_bench --benchmark_min_time=0.2
+
+# wick against llama.cpp on this CPU, side by side (builds and caches the peer once)
+bench-cpu: build model
+	./scripts/bench_vs_llamacpp $${THREADS:-2}
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inc')
