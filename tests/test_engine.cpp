@@ -1,10 +1,12 @@
 // The engine: concurrent requests equal sequential ones, verified prefix
-// hits, preemption and eviction under a tiny KV budget, block accounting.
+// hits, preemption and eviction under a tiny KV budget, block accounting;
+// sessions (the CLI's way in) agree with it, at the context limit too.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/session.h"
 #include "helpers.h"
 
 namespace wick::test {
@@ -174,6 +176,82 @@ TEST(Engine, BadRequestsAreRejectedBeforeQueueing) {
   r.sampling.top_k = -1;
   EXPECT_THROW(e.add_request(r, {}), GenerateError);
   EXPECT_EQ(e.n_waiting(), 0);
+}
+
+// The one behaviour at the context limit: a sequence ends with "context"
+// once prompt and generated tokens together number n_ctx, through a session
+// (the CLI) as through the engine (the server).
+TEST(Engine, SessionAndEngineAgreeAtTheContextLimit) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("llama"));
+  const int32_t n_ctx = 40;
+  EngineConfig cfg;
+  cfg.n_ctx = n_ctx;
+  for (int32_t n_prompt : {30, 32, n_ctx - 1}) {
+    GenerateRequest r;
+    for (int32_t i = 0; i < n_prompt; ++i) r.prompt.push_back((i * 53 + 7) % 500);
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = 100;
+    r.ignore_eos = true;
+    r.top_logprobs = 3;  // served by sessions too
+    Session s(m, n_ctx);
+    auto in_session = s.generate(r);
+    Engine e(m, cfg);
+    auto in_engine = run_engine(e, {r})[0];
+    EXPECT_EQ(in_session.tokens.size(), size_t(n_ctx - n_prompt)) << n_prompt;
+    EXPECT_EQ(in_session.stop_reason, "context");
+    EXPECT_EQ(in_engine.stop_reason, "context");
+    EXPECT_EQ(in_session.tokens, in_engine.tokens) << n_prompt;
+    ASSERT_EQ(in_session.logprobs.size(), in_session.tokens.size());
+    ASSERT_EQ(in_engine.logprobs.size(), in_engine.tokens.size());
+    for (size_t i = 0; i < in_session.logprobs.size(); ++i) {
+      EXPECT_EQ(in_session.logprobs[i].id, in_session.tokens[i]);
+      EXPECT_EQ(in_session.logprobs[i].logprob, in_engine.logprobs[i].logprob);
+      EXPECT_EQ(in_session.logprobs[i].top, in_engine.logprobs[i].top);
+    }
+    // max_tokens reached on the context's last token: "length" wins, as the server asks it
+    r.max_tokens = n_ctx - n_prompt;
+    EXPECT_EQ(s.generate(r).stop_reason, "length");
+  }
+}
+
+// A second turn starts from the full blocks the first one computed (prompt
+// and answer), checked token by token, and gives what a fresh session gives.
+TEST(Engine, SessionReusesFullBlocksAcrossTurns) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("qwen3"));
+  GenerateRequest r;
+  for (int32_t i = 0; i < 40; ++i) r.prompt.push_back((i * 37 + 11) % 500);
+  r.sampling = SamplingParams::greedy();
+  r.max_tokens = 10;
+  r.ignore_eos = true;
+  r.keep_first_logits = true;
+  Session chat(m, 256);
+  auto t1 = chat.generate(r);
+  EXPECT_EQ(t1.n_reused, 0);
+  EXPECT_EQ(t1.n_prefilled, 40);
+  // 49 tokens went through the model (the last answer token is never fed back): 3 blocks
+  const auto cached = chat.cached_tokens();
+  ASSERT_EQ(cached.size(), 48u);
+  GenerateRequest r2 = r;
+  r2.prompt.insert(r2.prompt.end(), t1.tokens.begin(), t1.tokens.end());
+  for (int32_t i = 0; i < 7; ++i) r2.prompt.push_back((i * 11 + 5) % 500);
+  EXPECT_TRUE(std::equal(cached.begin(), cached.end(), r2.prompt.begin()));
+  auto t2 = chat.generate(r2);
+  EXPECT_EQ(t2.n_reused, 48);
+  EXPECT_EQ(t2.n_prefilled, t2.n_prompt - 48);
+  Session fresh(m, 256);
+  auto cold = fresh.generate(r2);
+  EXPECT_EQ(cold.n_reused, 0);
+  EXPECT_EQ(t2.tokens, cold.tokens);
+  EXPECT_EQ(t2.first_logits, cold.first_logits);
+  // a changed token in the second block: only the first block is reused
+  GenerateRequest r3 = r2;
+  r3.prompt[20] = (r3.prompt[20] + 1) % 500;
+  auto t3 = chat.generate(r3);
+  EXPECT_EQ(t3.n_reused, 16);
+  EXPECT_EQ(t3.tokens, Session(m, 256).generate(r3).tokens);
+  EXPECT_EQ(chat.engine().blocks().n_used(), 0);
 }
 
 }  // namespace

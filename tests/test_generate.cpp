@@ -225,10 +225,16 @@ TEST(DefaultModel, SecondTurnPrefillsOnlyNewTokensAndMatchesAFreshRun) {
   messages.push_back({{"role", "user"}, {"content", "And of Germany?"}});
   req.prompt = chat_ids(*m, messages);
   auto r2 = chat.generate(req);
-  // everything computed in turn one is reused: only the new tokens are prefilled
+  // everything turn one left in the cache is reused (its full blocks)
   EXPECT_EQ(size_t(r2.n_reused), cached_after_turn1);
   EXPECT_EQ(r2.n_prefilled, r2.n_prompt - r2.n_reused);
-  EXPECT_LT(r2.n_prefilled, r2.n_prompt - r1.n_prompt);
+  // Reuse is block-granular: besides the new tokens only turn one's last,
+  // partial block (under block_size tokens) is computed again. (The last
+  // answer token of turn one was never fed back.)
+  const int32_t bs = chat.engine().config().block_size;
+  const int32_t n_computed1 = r1.n_prompt + int32_t(r1.tokens.size()) - 1;
+  EXPECT_GT(r2.n_reused, n_computed1 - bs);
+  EXPECT_LT(r2.n_prefilled, r2.n_prompt - n_computed1 + bs);
   Session fresh(m, 2048);
   auto r3 = fresh.generate(req);
   EXPECT_EQ(r3.n_reused, 0);

@@ -113,6 +113,7 @@ void register_generate(CLI::App& app) {
   static GenOptions o;
   static std::string prompt, prompt_ids;
   static bool raw = false, as_json = false, truncate = false;
+  static int32_t n_logprobs = -1;
   cmd->add_option("--model,-m", o.model,
                   "a .gguf, a HF folder, or a stored model name (default: smollm2)")
       ->default_val("smollm2");
@@ -123,6 +124,9 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--json", as_json, "print one JSON object at the end instead of streaming text");
   cmd->add_flag("--truncate", truncate,
                 "drop the oldest prompt tokens when the prompt does not fit the context");
+  cmd->add_option("--logprobs", n_logprobs,
+                  "with --json: the log-probability of each token and of the N most likely")
+      ->check(CLI::Range(0, 20));
   add_gen_options(cmd, o);
   add_device_options(cmd);
   cmd->callback([] {
@@ -153,6 +157,7 @@ void register_generate(CLI::App& app) {
     Session s(m, o.ctx_size);
     GenerateRequest req = make_request(o, ids);
     req.truncate = truncate;
+    req.top_logprobs = n_logprobs;
     auto res = s.generate(req, [](std::string_view t) {
       if (!as_json) {
         fmt::print("{}", t);
@@ -161,15 +166,24 @@ void register_generate(CLI::App& app) {
       return true;
     });
     if (as_json) {
-      fmt::print("{}\n", json{{"text", res.text},
-                              {"tokens", res.tokens},
-                              {"prompt_tokens", res.n_prompt},
-                              {"generated_tokens", res.tokens.size()},
-                              {"stop_reason", res.stop_reason},
-                              {"ttft_ms", res.ttft_ms},
-                              {"prefill_tok_s", res.prefill_tok_s},
-                              {"decode_tok_s", res.decode_tok_s}}
-                             .dump());
+      json out = {{"text", res.text},
+                  {"tokens", res.tokens},
+                  {"prompt_tokens", res.n_prompt},
+                  {"generated_tokens", res.tokens.size()},
+                  {"stop_reason", res.stop_reason},
+                  {"ttft_ms", res.ttft_ms},
+                  {"prefill_tok_s", res.prefill_tok_s},
+                  {"decode_tok_s", res.decode_tok_s}};
+      if (n_logprobs >= 0) {
+        json lps = json::array();
+        for (const auto& t : res.logprobs) {
+          json top = json::array();
+          for (auto [id, lp] : t.top) top.push_back({{"id", id}, {"logprob", lp}});
+          lps.push_back({{"id", t.id}, {"logprob", t.logprob}, {"top_logprobs", top}});
+        }
+        out["logprobs"] = lps;
+      }
+      fmt::print("{}\n", out.dump());
     } else {
       fmt::print("\n");
     }

@@ -53,6 +53,21 @@ void ModelRunner::run(Batch& b) {
   row_on_host_.assign(n_rows_, model_->backend().device() == Device::Cpu);
 }
 
+void ModelRunner::run(std::span<const ScheduledSeq> seqs) {
+  batch_.clear();
+  batch_.block_tables.resize(seqs.size());
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    const Sequence& s = *seqs[k].seq;
+    batch_.block_tables[k] = s.block_table;
+    for (int32_t i = 0; i < seqs[k].n_tokens; ++i) {
+      const int32_t pos = s.n_computed + i;
+      batch_.add(s.tokens[size_t(pos)], pos, int32_t(k),
+                 seqs[k].samples && i == seqs[k].n_tokens - 1);
+    }
+  }
+  run(batch_);
+}
+
 std::span<float> ModelRunner::logits_row(size_t r) {
   const size_t V = size_t(model_->config().n_vocab);
   if (!row_on_host_[r]) {

@@ -1,6 +1,6 @@
 // Runs flat batches through one model on its backend: owns the KV store,
-// the activation scratch and the logits, so that the engine and sessions
-// schedule and sample without touching tensors. On a GPU, decode steps are
+// the activation scratch and the logits, so that the scheduler and output
+// processing work without touching tensors. On a GPU, decode steps are
 // recorded as CUDA graphs (one per batch size) and replayed.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <span>
 
 #include "engine/model_pool.h"
+#include "engine/scheduler.h"
 
 namespace wick {
 
@@ -28,6 +29,9 @@ class ModelRunner {
   // Runs `b` (its K/V into the store). The logits of its logit rows stay in
   // backend memory until asked for.
   void run(Batch& b);
+  // Runs a scheduler step as one flat batch: each sequence's next n_tokens;
+  // logits row r belongs to the r-th sequence that samples.
+  void run(std::span<const ScheduledSeq> seqs);
   // Row r of the last step's logits on the host (copied on first use).
   std::span<float> logits_row(size_t r);
   // All of them, [n_logits, n_vocab]: run() then every row.
@@ -47,6 +51,7 @@ class ModelRunner {
   RunnerLimits lim_;
   std::unique_ptr<KvStore> kv_;
   ForwardScratch scratch_;
+  Batch batch_;                     // the scheduled step's, reused
   Buffer logits_dev_;               // backend memory (unused on the CPU)
   std::vector<float> logits_host_;  // [n_logits, n_vocab]
   std::vector<uint8_t> row_on_host_;

@@ -1,0 +1,37 @@
+#include "engine/request.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace wick {
+
+void validate_request(const GenerateRequest& req, int32_t n_vocab) {
+  if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
+  if (req.max_tokens < 0)
+    throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
+  if (req.prefill_chunk < 0)
+    throw GenerateError(fmt::format("prefill chunk must be >= 0 (got {})", req.prefill_chunk));
+  if (req.prompt.empty()) throw GenerateError("the prompt is empty");
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= n_vocab)
+      throw GenerateError(
+          fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
+  for (const auto& st : req.stop)
+    if (st.empty()) throw GenerateError("stop strings must not be empty");
+}
+
+std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx) {
+  std::vector<int32_t> prompt = req.prompt;
+  if (int32_t(prompt.size()) < n_ctx) return prompt;
+  if (!req.truncate)
+    throw GenerateError(fmt::format(
+        "the prompt has {} tokens but the context holds {} (leave room to generate, or truncate)",
+        prompt.size(), n_ctx));
+  const int32_t keep =
+      std::max<int32_t>(1, n_ctx - std::max<int32_t>(1, std::min(req.max_tokens, n_ctx / 2)));
+  prompt.erase(prompt.begin(), prompt.end() - keep);
+  return prompt;
+}
+
+}  // namespace wick

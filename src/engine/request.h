@@ -1,0 +1,66 @@
+// What a generation is asked for and what it gives back, shared by the
+// engine, sessions, the CLI and the server.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace wick {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  bool ignore_eos = false;
+  int32_t prefill_chunk = 512;     // 0 = the whole prompt in one pass
+  bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
+  bool keep_first_logits = false;  // return the logits the first token was sampled from
+  int32_t top_logprobs = -1;  // -1 off, else log-probabilities of each chosen token and the top N
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;                           // of the chosen token, before sampling filters
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens, best first
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (an end-of-generation id included)
+  std::string text;             // without special tokens and stop strings
+  // "eos", "stop", "length" (max_tokens), "context" (prompt and generated
+  // tokens together reached n_ctx), "cancelled", or "error: ..."
+  std::string stop_reason;
+  int32_t n_prompt = 0;             // prompt tokens
+  int32_t n_reused = 0;             // prompt tokens whose K/V came from the cache
+  int32_t n_prefilled = 0;          // prompt tokens computed
+  double ttft_ms = 0;               // from add_request to the first token
+  double prefill_tok_s = 0;         // prompt tokens computed per second, first step to first token
+  double decode_tok_s = 0;          // tokens after the first, per second
+  std::vector<float> first_logits;  // with keep_first_logits
+  std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0, one per generated token
+};
+
+struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)
+  using std::runtime_error::runtime_error;
+};
+
+struct StreamCallbacks {
+  std::function<bool(std::string_view)> on_text;       // false cancels
+  std::function<void(const GenerateResult&)> on_done;  // always called once
+};
+
+// Throws GenerateError naming what is wrong: sampling values, limits, token ids.
+void validate_request(const GenerateRequest& req, int32_t n_vocab);
+// The prompt that fits a context of n_ctx tokens: the request's own, or with
+// req.truncate its newest tokens (room left to generate); else GenerateError.
+std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx);
+
+}  // namespace wick

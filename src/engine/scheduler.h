@@ -1,0 +1,73 @@
+// Decides what each engine step computes, on counts only (no tensors). A
+// sequence has n_computed of its tokens in the KV cache and catches up; so
+// prefill, chunked prefill, prefix hits and decode are the same kind of work.
+// Running sequences go first, oldest first; then waiting ones, first come
+// first served, under a token budget and a sequence cap. A waiting sequence
+// starts from the longest verified prefix of cached blocks. When blocks run
+// out the newest running sequence is preempted: its blocks are freed and it
+// is recomputed (prompt and what it generated) when admitted again.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+
+namespace wick {
+
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int32_t n_tokens = 0;  // computed this step, from seq->n_computed on
+  bool samples = false;  // reaches the sequence's newest token: its logits choose the next one
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;      // in batch order; logits rows follow the sampling ones
+  std::unique_ptr<Sequence> rejected;  // fits the cache not even alone (removed, blocks freed)
+  std::vector<Sequence*> sampling() const;
+};
+
+struct SchedulerLimits {
+  int32_t max_batch_tokens = 512;  // tokens per step
+  int32_t max_seqs = 64;           // running sequences at once
+};
+
+class Scheduler {
+ public:
+  // The pool's arguments: its blocks are this scheduler's alone.
+  Scheduler(int32_t n_blocks, int32_t block_size, uint64_t model_id, bool prefix_cache,
+            const SchedulerLimits& lim)
+      : pool_(n_blocks, block_size, model_id, prefix_cache), lim_(lim) {}
+
+  void add(std::unique_ptr<Sequence> s);  // waits for its turn
+  // Takes a sequence out (frees its blocks); null when it is not here.
+  std::unique_ptr<Sequence> remove(int64_t id);
+  SchedulerOutput schedule();
+  // After the forward pass: counts move on, newly full blocks enter the prefix cache.
+  void update(const SchedulerOutput& plan);
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  int32_t n_running() const { return int32_t(running_.size()); }
+  int32_t n_waiting() const { return int32_t(waiting_.size()); }
+  uint64_t n_preemptions() const { return n_preemptions_; }
+  const BlockPool& blocks() const { return pool_; }
+
+ private:
+  int32_t catch_up(const Sequence& s) const;
+  bool ensure_blocks(Sequence& s, int32_t n_tokens);
+  void admit(Sequence& s);
+  void preempt(Sequence& s);
+  void free_blocks(Sequence& s);
+  void commit_full_blocks(Sequence& s);
+
+  BlockPool pool_;
+  SchedulerLimits lim_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  uint64_t n_preemptions_ = 0;
+};
+
+}  // namespace wick
