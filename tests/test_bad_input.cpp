@@ -56,7 +56,7 @@ class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(tiny_dir("llama")))
-      GTEST_SKIP() << "../shared/fixtures not found at " << shared_dir();
+      WICK_SKIP_OR_FAIL("../shared/fixtures not found at " << shared_dir());
   }
 };
 

@@ -6,14 +6,23 @@
 //   to a float64 reference.
 // - The matmul against a float64 reference, decode equal to prefill, with the kernel set picked
 //   at run time.
+// - Plain float64 references, written here without the kernels' code, for the kernels a backend
+//   port must reproduce: paged causal attention (GQA, sliding window, block tables over a
+//   random permutation of blocks, several sequences interleaved in one batch), NeoX RoPE and
+//   RMSNorm; the CPU kernels checked against them, and the SIMD primitives attention is built
+//   on (dot, axpy) checked against them on every kernel set this CPU has.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
 
+#include "backend/batch.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 
@@ -212,6 +221,324 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypes,
                                            DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                                            DType::Q4_K, DType::Q5_K, DType::Q6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------------------------
+// Plain float64 references (the oracle for every backend's kernels).
+
+// Causal attention through block tables. q [T, n_head, hd]; the K and V caches are
+// [n_slots, n_head_kv * hd]; position j of sequence s lives in slot
+// tables[s][j / bs] * bs + j % bs. Head h reads KV head h / (n_head / n_head_kv). Token t at
+// position p of sequence s attends to positions [lo, p] of s, lo = max(0, p - window + 1) with a
+// window, else 0: softmax(q . k / sqrt(hd)) over them, the weights times v.
+// Returns out [T, n_head * hd].
+std::vector<double> ref_attention(const std::vector<float>& q, const std::vector<float>& kc,
+                                  const std::vector<float>& vc, const std::vector<int32_t>& pos,
+                                  const std::vector<int32_t>& seq,
+                                  const std::vector<std::vector<int32_t>>& tables, int64_t bs,
+                                  int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t window) {
+  const int64_t T = int64_t(pos.size()), kv_dim = n_head_kv * hd;
+  std::vector<double> out(size_t(T * n_head * hd), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = pos[size_t(t)];
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+    const auto& table = tables[size_t(seq[size_t(t)])];
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t kvh = h / (n_head / n_head_kv);
+      const float* qh = q.data() + (t * n_head + h) * hd;
+      std::vector<double> w;
+      for (int64_t j = lo; j <= p; ++j) {
+        const int64_t slot = int64_t(table[size_t(j / bs)]) * bs + j % bs;
+        double dot = 0;
+        for (int64_t i = 0; i < hd; ++i)
+          dot += double(qh[i]) * kc[size_t(slot * kv_dim + kvh * hd + i)];
+        w.push_back(dot / std::sqrt(double(hd)));
+      }
+      const double mx = *std::max_element(w.begin(), w.end());
+      double sum = 0;
+      for (auto& x : w) sum += (x = std::exp(x - mx));
+      double* o = out.data() + (t * n_head + h) * hd;
+      for (int64_t j = lo; j <= p; ++j) {
+        const int64_t slot = int64_t(table[size_t(j / bs)]) * bs + j % bs;
+        for (int64_t i = 0; i < hd; ++i)
+          o[i] += w[size_t(j - lo)] / sum * vc[size_t(slot * kv_dim + kvh * hd + i)];
+      }
+    }
+  }
+  return out;
+}
+
+// NeoX RoPE on x [n_rows, n_heads, hd]: for i < hd/2 the pair (x[i], x[i + hd/2]) is rotated by
+// angle pos[r] * inv_freq[i].
+std::vector<double> ref_rope(const std::vector<float>& x, const std::vector<int32_t>& pos,
+                             int64_t n_heads, int64_t hd, const std::vector<float>& inv_freq) {
+  std::vector<double> y(x.begin(), x.end());
+  const int64_t half = hd / 2;
+  for (size_t r = 0; r < pos.size(); ++r)
+    for (int64_t h = 0; h < n_heads; ++h) {
+      double* v = y.data() + (int64_t(r) * n_heads + h) * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = double(pos[r]) * double(inv_freq[size_t(i)]);
+        const double x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * std::cos(a) - x1 * std::sin(a);
+        v[i + half] = x1 * std::cos(a) + x0 * std::sin(a);
+      }
+    }
+  return y;
+}
+
+// RMSNorm of rows of n: y = w * x / sqrt(mean(x^2) + eps).
+std::vector<double> ref_rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int64_t n,
+                                double eps) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / size_t(n); ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i)
+      ss += double(x[r * size_t(n) + size_t(i)]) * x[r * size_t(n) + size_t(i)];
+    const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
+    for (int64_t i = 0; i < n; ++i)
+      y[r * size_t(n) + size_t(i)] = double(w[size_t(i)]) * x[r * size_t(n) + size_t(i)] * inv;
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The SIMD primitives of attention, on every kernel set this CPU has.
+
+class SimdPrimitives : public ::testing::TestWithParam<const char*> {};
+
+// dot: |got - exact| <= 1e-5 * sum |a_i b_i| (float accumulation over n <= 4864 terms; the same
+// bound as the dot products of the matmul tests). axpy: each y[i] + a * x[i] within
+// FLT_EPSILON * (|y[i]| + |a * x[i]|) of the exact value (one or two roundings, with or without
+// FMA), and nothing written past n.
+TEST_P(SimdPrimitives, DotAndAxpyMatchFloat64) {
+  const char* isa = GetParam();
+  KERNELS_OR_SKIP(k, isa);
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd;
+  for (const int64_t n : {1,  3,  7,   8,   15,  16,  17,  31,  32,  33,  63,   64,
+                          65, 96, 100, 127, 128, 129, 255, 256, 257, 896, 1000, 4864}) {
+    const size_t un = size_t(n);
+    // one float past a 64-byte boundary: unaligned rows, as slots of a KV cache can be
+    std::vector<float> a(un + 1), b(un + 1), y(un + 2);
+    for (auto& v : a) v = nd(rng);
+    for (auto& v : b) v = nd(rng) * 3.f;
+    const float* ap = a.data() + 1;
+    const float* bp = b.data() + 1;
+    double exact = 0, mag = 0;
+    for (size_t i = 0; i < un; ++i) {
+      exact += double(ap[i]) * bp[i];
+      mag += std::fabs(double(ap[i]) * bp[i]);
+    }
+    const float d = k->dot(ap, bp, n);
+    ASSERT_LE(std::fabs(double(d) - exact), 1e-5 * mag) << isa << " dot n=" << n;
+    ASSERT_NE(d, 0.f) << isa << " dot n=" << n;  // not an empty loop
+
+    for (const float alpha : {0.37f, -1.75f}) {
+      for (auto& v : y) v = nd(rng);
+      y[un + 1] = 12345.f;  // sentinel after the row
+      std::vector<float> y0(y);
+      k->axpy(alpha, bp, y.data() + 1, n);
+      for (size_t i = 0; i < un; ++i) {
+        const double want = double(y0[i + 1]) + double(alpha) * bp[i];
+        const double tol =
+            FLT_EPSILON * (std::fabs(double(y0[i + 1])) + std::fabs(double(alpha) * bp[i]));
+        ASSERT_LE(std::fabs(double(y[i + 1]) - want), tol)
+            << isa << " axpy n=" << n << " element " << i << ": " << y[i + 1] << " vs " << want;
+      }
+      ASSERT_EQ(y[0], y0[0]) << isa << " axpy wrote before the row";
+      ASSERT_EQ(y[un + 1], 12345.f) << isa << " axpy wrote past the row";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, SimdPrimitives, ::testing::ValuesIn(kIsas),
+                         [](const auto& info) { return std::string(info.param); });
+
+// ---------------------------------------------------------------------------------------------
+// cpu::attention against ref_attention, with the kernel set picked at run time (cpu::simd()).
+
+struct AttnCase {
+  int64_t head_dim, gqa;  // gqa = n_head / n_head_kv
+};
+
+class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
+
+// A batch of four sequences whose tokens are interleaved: a prefill chunk continuing past
+// position 512, a decode step at position 529, a fresh 37-token prefill and a short chunk right
+// after position 512. All K/V of each sequence's context are in the cache (as if written by
+// earlier steps and kv_write); slots no sequence owns, and slots of a sequence's last block past
+// its length, hold NaN, so a read outside [lo, pos] of the token's own sequence shows.
+// Block tables cover a random permutation of the blocks, with unused blocks in between; block
+// sizes 16, 1 and one block holding a whole sequence; no window, and windows of 37 and 300.
+// Tolerance: |got - ref| <= 5e-6 * max |v| per element. The float kernel's error is that of
+// float dot products of hd terms, float exp and a float sum and axpy over <= 600 positions:
+// at most 6e-7 * max |v| measured with each kernel set (generic, avx2, avx512 through
+// WICK_ISA); a wrong slot, mask or head shows as errors of order 0.1.
+TEST_P(PagedAttention, MatchesFloat64Reference) {
+  const auto [hd, gqa] = GetParam();
+  const int64_t n_head_kv = 2, n_head = n_head_kv * gqa, kv_dim = n_head_kv * hd;
+  struct Seq {
+    int32_t len, n_new;  // context length; the last n_new positions are in the batch
+  };
+  const std::vector<Seq> seqs{{600, 6}, {530, 1}, {37, 37}, {516, 3}};
+  std::mt19937 rng(unsigned(hd * 100 + gqa));
+  std::normal_distribution<float> nd;
+  double worst = 0;
+  int checked = 0;
+  for (const int32_t bs : {16, 1, 600}) {  // 600: one block holds a whole sequence
+    for (const int64_t window : {0, 37, 300}) {
+      // block tables over a random permutation of the blocks, 3 blocks left unused
+      int32_t n_blocks = 3;
+      for (auto& s : seqs) n_blocks += (s.len + bs - 1) / bs;
+      std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<std::vector<int32_t>> tables(seqs.size());
+      size_t next = 0;
+      for (size_t s = 0; s < seqs.size(); ++s)
+        for (int32_t b = 0; b < (seqs[s].len + bs - 1) / bs; ++b) tables[s].push_back(perm[next++]);
+
+      const size_t n_slots = size_t(n_blocks) * size_t(bs);
+      std::vector<float> kc(n_slots * size_t(kv_dim), NAN), vc(n_slots * size_t(kv_dim), NAN);
+      float v_max = 0;
+      for (size_t s = 0; s < seqs.size(); ++s)
+        for (int32_t j = 0; j < seqs[s].len; ++j) {
+          const size_t slot = size_t(tables[s][size_t(j / bs)]) * size_t(bs) + size_t(j % bs);
+          for (int64_t i = 0; i < kv_dim; ++i) {
+            kc[slot * size_t(kv_dim) + size_t(i)] = nd(rng);
+            const float v = nd(rng);
+            vc[slot * size_t(kv_dim) + size_t(i)] = v;
+            v_max = std::max(v_max, std::fabs(v));
+          }
+        }
+
+      // the batch: each sequence's new tokens in order, the sequences interleaved at random
+      Batch batch;
+      batch.block_tables = tables;
+      std::vector<int32_t> next_pos(seqs.size());
+      for (size_t s = 0; s < seqs.size(); ++s) next_pos[s] = seqs[s].len - seqs[s].n_new;
+      for (;;) {
+        std::vector<int32_t> open;
+        for (size_t s = 0; s < seqs.size(); ++s)
+          if (next_pos[s] < seqs[s].len) open.push_back(int32_t(s));
+        if (open.empty()) break;
+        const int32_t s = open[std::uniform_int_distribution<size_t>(0, open.size() - 1)(rng)];
+        batch.add(7, next_pos[size_t(s)]++, s, true);
+      }
+      batch.finish(bs);
+      const BatchArgs args = batch.args(batch.packed().data());
+      ASSERT_GT(args.n_runs, int32_t(seqs.size()));  // interleaved, not one run per sequence
+
+      const int64_t T = batch.n_tokens();
+      std::vector<float> q(size_t(T * n_head * hd));
+      for (auto& v : q) v = 2.f * nd(rng);  // scores of spread ~2: uneven softmax weights
+      std::vector<float> out(q.size(), NAN);
+      cpu::attention(q.data(), kc.data(), vc.data(), kv_dim, args,
+                     AttnShape{n_head, n_head_kv, hd, window}, out.data());
+      const auto ref = ref_attention(q, kc, vc, batch.positions, batch.seq_of, tables, bs, n_head,
+                                     n_head_kv, hd, window);
+      const double tol = 5e-6 * v_max;
+      double ref_mag = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        ref_mag = std::max(ref_mag, std::fabs(ref[i]));
+        const double err = std::fabs(double(out[i]) - ref[i]);
+        worst = std::max(worst, err / v_max);
+        const int64_t t = int64_t(i) / (n_head * hd), h = int64_t(i) / hd % n_head;
+        ASSERT_LE(err, tol) << "hd " << hd << " gqa " << gqa << " block " << bs << " window "
+                            << window << ": token " << t << " (seq " << batch.seq_of[size_t(t)]
+                            << ", pos " << batch.positions[size_t(t)] << ") head " << h << " dim "
+                            << i % size_t(hd) << ": " << out[i] << " vs " << ref[i];
+      }
+      ASSERT_GT(ref_mag, 0.1);  // real values, not all zero
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);
+  std::printf("[ report ] attention (%s) hd %lld gqa %lld: worst |err| / max|v| %.2e\n",
+              cpu::simd().isa, static_cast<long long>(hd), static_cast<long long>(gqa), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDimByGqa, PagedAttention,
+                         ::testing::Values(AttnCase{16, 1}, AttnCase{16, 7}, AttnCase{32, 2},
+                                           AttnCase{32, 4}, AttnCase{64, 1}, AttnCase{64, 2},
+                                           AttnCase{64, 4}, AttnCase{64, 7}, AttnCase{128, 1},
+                                           AttnCase{128, 2}, AttnCase{128, 4}, AttnCase{128, 7}),
+                         [](const auto& info) {
+                           return "hd" + std::to_string(info.param.head_dim) + "_gqa" +
+                                  std::to_string(info.param.gqa);
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// cpu::rope against ref_rope. The kernel forms the angle pos * inv_freq[i] in float, so its
+// error grows with the angle: per element |got - ref| <= (|x0| + |x1|) * FLT_EPSILON *
+// (angle + 4) for the pair (x0, x1) at angle pos * inv_freq[i] (half an ulp of the angle, about
+// angle * 2^-24, plus a few roundings in cos, sin and the rotation). Positions from 0 to 32767,
+// past 512 and around powers of two; theta 10^4 and 10^6.
+TEST(Rope, MatchesFloat64Reference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const std::vector<int32_t> pos{0,   1,   2,    17,   255,  511,  512,
+                                 513, 600, 1023, 1024, 4095, 8191, 32767};
+  const int64_t n_heads = 3;
+  for (const int64_t hd : {16, 32, 64, 128})
+    for (const double theta : {1e4, 1e6}) {
+      std::vector<float> inv_freq(size_t(hd / 2));
+      for (int64_t i = 0; i < hd / 2; ++i)
+        inv_freq[size_t(i)] = float(std::pow(theta, -2.0 * double(i) / double(hd)));
+      std::vector<float> x(pos.size() * size_t(n_heads * hd));
+      for (auto& v : x) v = nd(rng);
+      const auto ref = ref_rope(x, pos, n_heads, hd, inv_freq);
+      std::vector<float> got(x);
+      cpu::rope(got.data(), pos.data(), int64_t(pos.size()), n_heads, hd, inv_freq.data());
+      const int64_t half = hd / 2;
+      for (size_t r = 0; r < pos.size(); ++r)
+        for (int64_t h = 0; h < n_heads; ++h)
+          for (int64_t i = 0; i < hd; ++i) {
+            const size_t base = (r * size_t(n_heads) + size_t(h)) * size_t(hd);
+            const int64_t pair = i % half;
+            const double angle = double(pos[r]) * inv_freq[size_t(pair)];
+            const double tol = (std::fabs(double(x[base + size_t(pair)])) +
+                                std::fabs(double(x[base + size_t(pair + half)]))) *
+                               FLT_EPSILON * (angle + 4);
+            ASSERT_LE(std::fabs(got[base + size_t(i)] - ref[base + size_t(i)]), tol)
+                << "hd " << hd << " theta " << theta << " pos " << pos[r] << " head " << h
+                << " dim " << i << ": " << got[base + size_t(i)] << " vs " << ref[base + size_t(i)];
+          }
+      // position 0 is the identity; elsewhere the rotation changed the values
+      for (int64_t i = 0; i < n_heads * hd; ++i) ASSERT_EQ(got[size_t(i)], x[size_t(i)]);
+      ASSERT_NE(got[size_t(n_heads * hd)], x[size_t(n_heads * hd)]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cpu::rmsnorm against ref_rmsnorm: per element |got - ref| <= 4 * FLT_EPSILON * |ref| (the
+// sum of squares is kept in double; a float 1/sqrt and two products are at most a few half
+// ulps). Row lengths from 1 to 4096, weights of both signs, rows at scales 1e-3 to 1e3 and an
+// all-zero row (eps keeps it finite: zeros out), eps 1e-5 and 1e-6.
+TEST(RmsNorm, MatchesFloat64Reference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  for (const int64_t n : {1, 7, 16, 32, 64, 128, 576, 896, 4096})
+    for (const float eps : {1e-5f, 1e-6f}) {
+      const float scales[] = {1.f, 1e-3f, 1e3f, 0.f};
+      const int64_t n_rows = 4;
+      std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(n_rows * n));
+      for (auto& v : w) v = 1.f + 0.5f * nd(rng);
+      for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t i = 0; i < n; ++i) x[size_t(r * n + i)] = scales[r] * nd(rng);
+      const auto ref = ref_rmsnorm(x, w, n, eps);
+      std::vector<float> got(x.size(), NAN);
+      cpu::rmsnorm(x.data(), w.data(), n_rows, n, eps, got.data());
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_LE(std::fabs(got[i] - ref[i]), 4 * FLT_EPSILON * std::fabs(ref[i]))
+            << "n " << n << " eps " << eps << " row " << i / size_t(n) << " element "
+            << i % size_t(n) << ": " << got[i] << " vs " << ref[i];
+      // unit scale: the output has rms ~ |w|, not zeros
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += ref[size_t(i)] * ref[size_t(i)];
+      ASSERT_GT(ss / double(n), 0.05);
+    }
+}
 
 }  // namespace
 }  // namespace wick::test

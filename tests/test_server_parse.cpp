@@ -28,7 +28,7 @@ class ServerParse : public ::testing::Test {
       qwen3_ = Tokenizer::load(shared_dir() + "/tokenizers/qwen3").release();
   }
   void SetUp() override {
-    if (!qwen3_) GTEST_SKIP() << "shared tokenizers not found at " << shared_dir();
+    if (!qwen3_) WICK_SKIP_OR_FAIL("shared tokenizers not found at " << shared_dir());
   }
   ModelView view(int32_t n_ctx = 4096) const { return {*qwen3_, "qwen3", n_ctx}; }
   // What the chat template makes of one user turn.

@@ -14,9 +14,10 @@ TEST(SmolLM2, LogitsMatchNumpyReference) {
   const char* model = std::getenv("WICK_TEST_MODEL");
   const std::string ref = data_dir() + "/smollm2_ref.f32";
   if (!model || !std::filesystem::exists(model) || !std::filesystem::exists(ref))
-    GTEST_SKIP() << "default model or its numpy reference missing (run scripts/fetch_model; "
-                    "WICK_TEST_MODEL="
-                 << (model ? model : "unset") << ")";
+    WICK_SKIP_OR_FAIL(
+        "default model or its numpy reference missing (run scripts/fetch_model; "
+        "WICK_TEST_MODEL="
+        << (model ? model : "unset") << ", reference " << ref << ")");
   auto m = load_model(model);
   EXPECT_EQ(m->config.arch, Arch::Llama);
   EXPECT_EQ(m->config.n_layer, 30);

@@ -12,7 +12,7 @@ namespace {
 
 TEST(ChatTemplate, MatchesTransformers) {
   const std::string path = data_dir() + "/text/templates.json";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "fixtures missing: " << path;
+  if (!std::filesystem::exists(path)) WICK_SKIP_OR_FAIL("fixtures missing: " << path);
   std::ifstream in(path);
   auto cases = nlohmann::ordered_json::parse(in);
   std::map<std::string, std::pair<int, int>> per;  // template -> (passed, total)

@@ -29,7 +29,7 @@ class Conformance : public ::testing::TestWithParam<Case> {};
 TEST_P(Conformance, EncodeDecodeAndStreamMatchTokenizers) {
   const Case& c = GetParam();
   if (!std::filesystem::exists(c.expect) || !std::filesystem::exists(c.source))
-    GTEST_SKIP() << "fixtures missing: " << c.source << " / " << c.expect;
+    WICK_SKIP_OR_FAIL("fixtures missing: " << c.source << " / " << c.expect);
   auto tk = Tokenizer::load(c.source);
   auto corpus = read_json(data_dir() + "/text/corpus.json").get<std::vector<std::string>>();
   auto exp = read_json(c.expect);
