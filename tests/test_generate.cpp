@@ -190,7 +190,7 @@ std::vector<int32_t> chat_ids(const LoadedModel& m, const nlohmann::ordered_json
 
 TEST(DefaultModel, AnswersParis) {
   auto m = default_model();
-  if (!m) GTEST_SKIP() << "default model missing (WICK_TEST_MODEL)";
+  if (!m) WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
   Session s(m, 2048);
   GenerateRequest req;
   req.prompt =
@@ -211,7 +211,7 @@ TEST(DefaultModel, AnswersParis) {
 
 TEST(DefaultModel, SecondTurnPrefillsOnlyNewTokensAndMatchesAFreshRun) {
   auto m = default_model();
-  if (!m) GTEST_SKIP() << "default model missing (WICK_TEST_MODEL)";
+  if (!m) WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
   auto messages = nlohmann::ordered_json::array(
       {{{"role", "user"}, {"content", "What is the capital of France?"}}});
   Session chat(m, 2048);
@@ -246,7 +246,7 @@ TEST(DefaultModel, SecondTurnPrefillsOnlyNewTokensAndMatchesAFreshRun) {
 
 TEST(DefaultModel, StopStringsAndBadRequests) {
   auto m = default_model();
-  if (!m) GTEST_SKIP() << "default model missing (WICK_TEST_MODEL)";
+  if (!m) WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
   Session s(m, 64);
   GenerateRequest req;
   req.prompt =

@@ -149,7 +149,8 @@ TEST(TraceOnGpu, IntermediatesTrackTheCpu) {
 TEST(DefaultModelOnGpu, GreedyAnswerEqualsCpu) {
   WICK_REQUIRE_GPU();
   const char* model = std::getenv("WICK_TEST_MODEL");
-  if (!model || !std::filesystem::exists(model)) GTEST_SKIP() << "default model missing";
+  if (!model || !std::filesystem::exists(model))
+    WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
   auto answer = [&](const BackendOptions& o) {
     auto m = load_model_and_tokenizer(model, {}, o);
     const Tokenizer& tk = *m->tokenizer;
