@@ -11,6 +11,8 @@ namespace wick::cpu {
 
 void set_n_threads(int n);  // 0 = all cores
 int n_threads();
+// Per-thread scratch of at least n floats, grown and reused (no allocation per call).
+float* thread_buf(size_t n);
 
 void embed(const Weight& tok, const int32_t* ids, int64_t n, float* out);  // out [n, n_in]
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
