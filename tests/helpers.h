@@ -105,9 +105,10 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 // On `be` with weights `w` prepared for it (the CPU and the model's own
 // weights by default).
 inline std::vector<float> run_all_logits(Backend& be, const ModelConfig& c, const ModelWeights& w,
-                                         const std::vector<int32_t>& ids, int64_t chunk = 0) {
+                                         const std::vector<int32_t>& ids, int64_t chunk = 0,
+                                         bool pre_rope = false) {
   const int64_t n = int64_t(ids.size());
-  auto kv = be.make_kv(c.n_layer, 1, n, c.kv_dim());
+  auto kv = be.make_kv(c.n_layer, 1, n, c.kv_dim(), pre_rope);
   ForwardScratch s;
   std::vector<float> out(size_t(n * c.n_vocab));
   Buffer dev = be.alloc(out.size() * 4);

@@ -434,7 +434,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
       for (auto& v : q) v = 2.f * nd(rng);  // scores of spread ~2: uneven softmax weights
       std::vector<float> out(q.size(), NAN);
       cpu::attention(q.data(), kc.data(), vc.data(), kv_dim, args,
-                     AttnShape{n_head, n_head_kv, hd, window}, out.data());
+                     AttnShape{n_head, n_head_kv, hd, window}, nullptr, out.data());
       const auto ref = ref_attention(q, kc, vc, batch.positions, batch.seq_of, tables, bs, n_head,
                                      n_head_kv, hd, window);
       const double tol = 5e-6 * v_max;

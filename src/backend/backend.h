@@ -53,6 +53,9 @@ class Buffer {
 struct KvStore {
   int64_t n_layer = 0, n_slots = 0, kv_dim = 0, block_size = 0;
   DType dtype = DType::F32;
+  // Keys stored before RoPE and rotated by their position when attention
+  // reads them (the span cache: a span's blocks serve any offset).
+  bool pre_rope = false;
   Buffer k, v;  // [n_layer][n_slots][kv_dim]
 
   int64_t n_blocks() const { return n_slots / block_size; }
@@ -69,7 +72,13 @@ struct KvStore {
 
 struct AttnShape {
   int64_t n_head, n_head_kv, head_dim;
-  int64_t sliding_window;  // 0 = none; else each token sees this many positions
+  int64_t sliding_window;           // 0 = none; else each token sees this many positions
+  const float* inv_freq = nullptr;  // [head_dim / 2] RoPE frequencies (for pre-RoPE keys)
+};
+
+struct KvSpec {
+  int64_t n_layer = 0, n_blocks = 0, block_size = 0, kv_dim = 0;
+  bool pre_rope = false;
 };
 
 // Named intermediates, for comparing backends tensor by tensor: called with
@@ -114,8 +123,11 @@ class Backend {
                                std::span<ExpertWeights> out) = 0;
 
   virtual DType kv_dtype() const { return DType::F32; }  // what make_kv stores
-  virtual std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
-                                           int64_t kv_dim) = 0;
+  virtual std::unique_ptr<KvStore> create_kv(const KvSpec& spec) = 0;
+  std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
+                                   int64_t kv_dim, bool pre_rope = false) {
+    return create_kv(KvSpec{n_layer, n_blocks, block_size, kv_dim, pre_rope});
+  }
   // Copies a finished batch into backend memory; valid until the next upload.
   virtual BatchArgs upload(const Batch& b) = 0;
 
@@ -167,15 +179,18 @@ class Backend {
   // k, v [n_tokens, kv_dim] into the cache slots of layer il.
   virtual void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                         const float* v) = 0;
-  // RoPE on q and k, then k and v into the cache (fusable on a GPU).
+  // RoPE on q and k (k only when the store keeps rotated keys), then k and
+  // v into the cache (fusable on a GPU).
   virtual void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
                              const BatchArgs& b, const AttnShape& s, const float* inv_freq) {
     rope(q, b, s.n_head, s.head_dim, inv_freq);
-    rope(k, b, s.n_head_kv, s.head_dim, inv_freq);
+    if (!kv.pre_rope) rope(k, b, s.n_head_kv, s.head_dim, inv_freq);
     kv_write(kv, il, b, k, v);
   }
   // out [n_tokens, n_head * head_dim]: causal attention of each token over
-  // its own sequence, through its block table.
+  // its own sequence, through its block table, skipping the slots past a
+  // block's fill (holes before a span); pre-RoPE keys are rotated by their
+  // position (s.inv_freq) as they are read.
   virtual void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                          const AttnShape& s, float* out) = 0;
   // Mixture of experts. Routing: softmax over n_expert logits per token,

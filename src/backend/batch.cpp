@@ -11,6 +11,7 @@ void Batch::clear() {
   positions.clear();
   seq_of.clear();
   block_tables.clear();
+  block_fills.clear();
   logit_rows.clear();
   finished_ = false;
 }
@@ -83,6 +84,34 @@ void Batch::finish(int32_t block_size, int32_t table_width, int32_t ctx_round) {
   a.n_runs = int32_t(runs.size() / 2);
   for (size_t r = 0; r < runs.size(); r += 2) a.max_run = std::max(a.max_run, runs[r + 1]);
   std::copy(runs.begin(), runs.end(), section(6, runs.size()));
+  has_fill_ = false;
+  for (auto& f : block_fills) has_fill_ |= !f.empty();
+  if (has_fill_) {
+    int32_t* fill = section(7, size_t(n_seq) * size_t(a.max_blocks));
+    for (int32_t s = 0; s < n_seq; ++s) {
+      int32_t* row = fill + size_t(s) * size_t(a.max_blocks);
+      std::fill(row, row + a.max_blocks, block_size);
+      if (size_t(s) < block_fills.size()) {
+        const auto& f = block_fills[size_t(s)];
+        if (f.size() > block_tables[size_t(s)].size())
+          throw std::invalid_argument("batch: more block fills than blocks");
+        if (block_size >= (1 << 16)) throw std::invalid_argument("batch: block size too large");
+        for (size_t i = 0; i < f.size(); ++i) {
+          const auto [begin, end] = f[i];
+          if (begin < 0 || end > block_size || begin > end)
+            throw std::invalid_argument("batch: a block's valid slots outside [0, block size]");
+          row[i] = begin << 16 | end;
+        }
+      }
+    }
+    for (int32_t t = 0; t < n_tok; ++t) {  // a token must not land in a hole
+      const int32_t pos = positions[size_t(t)], off = pos % block_size;
+      const int32_t v =
+          fill[size_t(seq_of[size_t(t)]) * size_t(a.max_blocks) + size_t(pos / block_size)];
+      if (off < (v >> 16) || off >= (v & 0xffff))
+        throw std::invalid_argument("batch: position " + std::to_string(pos) + " is in a hole");
+    }
+  }
   finished_ = true;
 }
 
@@ -96,6 +125,7 @@ BatchArgs Batch::args(const int32_t* base) const {
   a.block_table = base + off_[4];
   a.logit_rows = base + off_[5];
   a.runs = base + off_[6];
+  a.block_fill = has_fill_ ? base + off_[7] : nullptr;
   return a;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace wick {
@@ -25,8 +26,13 @@ struct BatchArgs {
   const int32_t* seq_of = nullptr;         // [n_tokens] sequence of each token
   const int32_t* slots = nullptr;          // [n_tokens] KV slot each token writes
   const int32_t* block_table = nullptr;    // [n_seqs * max_blocks], -1 past a table's end
-  const int32_t* logit_rows = nullptr;     // [n_logits] tokens whose logits are wanted
-  const int32_t* runs = nullptr;           // [n_runs * 2] first token, token count
+  // [n_seqs * max_blocks] the valid slots of each block, begin << 16 | end
+  // (a block closed before a span or at a span's end holds fewer than
+  // block_size; a span placed at an offset may start past slot 0), or null
+  // when every block is full up to the sequence's positions.
+  const int32_t* block_fill = nullptr;
+  const int32_t* logit_rows = nullptr;  // [n_logits] tokens whose logits are wanted
+  const int32_t* runs = nullptr;        // [n_runs * 2] first token, token count
 };
 
 class Batch {
@@ -35,6 +41,8 @@ class Batch {
   std::vector<int32_t> positions;                  // [n_tokens]
   std::vector<int32_t> seq_of;                     // [n_tokens] index into block_tables
   std::vector<std::vector<int32_t>> block_tables;  // [n_seqs][blocks]
+  // Optional, per sequence and block: the valid slots [begin, end) (empty: all full).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> block_fills;
   std::vector<int32_t> logit_rows;  // tokens whose logits are wanted, in output order
 
   int64_t n_tokens() const { return int64_t(token_ids.size()); }
@@ -63,8 +71,10 @@ class Batch {
  private:
   std::vector<int32_t> packed_;
   BatchArgs shape_;  // the counts (pointers unset)
-  // offsets into packed_ of: token_ids, positions, seq_of, slots, block_table, logit_rows, runs
-  size_t off_[7] = {};
+  // offsets into packed_ of: token_ids, positions, seq_of, slots, block_table, logit_rows, runs,
+  // block_fill
+  size_t off_[8] = {};
+  bool has_fill_ = false;
   bool finished_ = false;
 };
 

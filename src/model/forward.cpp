@@ -106,7 +106,7 @@ namespace {
 void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const BatchArgs& b,
                 KvStore& kv, ForwardScratch& s, float* logits) {
   const int64_t T = b.n_tokens, D = c.n_embd, hd = c.head_dim, n_out = b.n_logits;
-  const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window};
+  const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>()};
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
         *v = s.v.as<float>(), *attn = s.attn.as<float>(), *proj = s.proj.as<float>();
 

@@ -1,44 +1,145 @@
-// Causal attention through the batch's block table, on f32 K/V.
+// Causal attention through the batch's block table, on f32 K/V, over key
+// chunks of 64 positions with an online softmax: no score row longer than a
+// chunk is kept, and each K/V chunk is read (and, for pre-RoPE keys, rotated)
+// once for every query of a run and every head of a KV head's group.
+//
+// Batch invariance: a query's result depends only on its own key range.
+// Chunks are aligned to multiples of 64 positions whatever the run, a query
+// skips chunks outside its range, and within a chunk keys are taken in order.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 
 namespace wick::cpu {
 
-void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim, const BatchArgs& b,
-               const AttnShape& s, float* out) {
-  const auto& k = simd();
-  const int64_t n_tok = b.n_tokens, hd = s.head_dim, group = s.n_head / s.n_head_kv;
-  const int64_t d = kv_dim, bs = b.block_size;
-  const float scale = 1.f / std::sqrt(float(hd));
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(n_threads())
-  for (int64_t t = 0; t < n_tok; ++t) {
-    for (int64_t h = 0; h < s.n_head; ++h) {
-      const int64_t p = b.positions[t];
-      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
-      const int32_t* table = b.block_table + int64_t(b.seq_of[t]) * b.max_blocks;
-      auto slot = [&](int64_t j) { return int64_t(table[j / bs]) * bs + j % bs; };
-      const int64_t kv_off = (h / group) * hd;
-      const float* qh = q + (t * s.n_head + h) * hd;
-      float* scores = thread_buf(size_t(p - lo + 1));
-      float mx = -INFINITY;
-      for (int64_t j = lo; j <= p; ++j) {
-        const float sc = k.dot(qh, kl + slot(j) * d + kv_off, hd) * scale;
-        scores[j - lo] = sc;
-        mx = std::max(mx, sc);
-      }
-      float sum = 0.f;
-      for (int64_t j = lo; j <= p; ++j) sum += (scores[j - lo] = std::exp(scores[j - lo] - mx));
-      float* o = out + (t * s.n_head + h) * hd;
-      std::fill(o, o + hd, 0.f);
-      const float inv = 1.f / sum;
-      for (int64_t j = lo; j <= p; ++j)
-        k.axpy(scores[j - lo] * inv, vl + slot(j) * d + kv_off, o, hd);
+namespace {
+
+constexpr int64_t kChunk = 64;
+constexpr int64_t kMaxRunPart = 128;  // queries of one work item (long runs are split)
+
+struct Item {
+  int64_t first, n;  // tokens [first, first + n) of one run
+  int64_t kv_head;
+};
+
+}  // namespace
+
+void RopeTable::ensure(const float* inv_freq, int64_t head_dim, int64_t n_pos) {
+  if (inv_freq != freq_ || head_dim != head_dim_) {
+    freq_ = inv_freq;
+    head_dim_ = head_dim;
+    n_pos_ = 0;
+    cs_.clear();
+  }
+  if (n_pos <= n_pos_) return;
+  const int64_t half = head_dim / 2, from = n_pos_;
+  n_pos = std::max(n_pos, 2 * n_pos_);
+  cs_.resize(size_t(n_pos * head_dim));
+  for (int64_t p = from; p < n_pos; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      // the same float expression as rope(), so rotated keys match it bit for bit
+      const float angle = float(p) * inv_freq[i];
+      cs_[size_t(p * head_dim + i)] = std::cos(angle);
+      cs_[size_t(p * head_dim + half + i)] = std::sin(angle);
     }
+  n_pos_ = n_pos;
+}
+
+void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim, const BatchArgs& b,
+               const AttnShape& s, const RopeTable* rope, float* out) {
+  const auto& k = simd();
+  const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size;
+  const float scale = 1.f / std::sqrt(float(hd));
+  std::vector<Item> items;
+  for (int64_t r = 0; r < b.n_runs; ++r)
+    for (int64_t off = 0; off < b.runs[2 * r + 1]; off += kMaxRunPart)
+      for (int64_t g = 0; g < s.n_head_kv; ++g)
+        items.push_back({b.runs[2 * r] + off, std::min(kMaxRunPart, b.runs[2 * r + 1] - off), g});
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads())
+  for (size_t it = 0; it < items.size(); ++it) {
+    const Item& w = items[it];
+    const int64_t seq = b.seq_of[w.first];
+    const int32_t* table = b.block_table + seq * b.max_blocks;
+    const int32_t* fill = b.block_fill ? b.block_fill + seq * b.max_blocks : nullptr;
+    auto lo_of = [&](int64_t p) {
+      return s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
+    };
+    const int64_t p_first = b.positions[w.first], p_last = b.positions[w.first + w.n - 1];
+    // per (query, head of the group): running max, sum, output
+    const int64_t n_q = w.n * group;
+    thread_local std::vector<float> state, keys, sc;
+    state.assign(size_t(n_q * (hd + 2)), 0.f);
+    for (int64_t i = 0; i < n_q; ++i) state[size_t(i * (hd + 2))] = -INFINITY;
+    keys.resize(size_t(kChunk * hd));
+    sc.resize(size_t(kChunk));
+    const int64_t kv_off = w.kv_head * hd;
+    for (int64_t c0 = lo_of(p_first) / kChunk * kChunk; c0 <= p_last; c0 += kChunk) {
+      const int64_t c1 = std::min(c0 + kChunk, p_last + 1);
+      // the chunk's keys: pointers into the cache, or rotated copies
+      const float* kp[kChunk];
+      bool valid[kChunk];
+      for (int64_t j = c0; j < c1; ++j) {
+        const int64_t blk = j / bs;
+        valid[j - c0] = !fill || (j % bs >= (fill[blk] >> 16) && j % bs < (fill[blk] & 0xffff));
+        const float* src = kl + (int64_t(table[blk]) * bs + j % bs) * kv_dim + kv_off;
+        if (rope && valid[j - c0]) {
+          float* dst = keys.data() + (j - c0) * hd;
+          const float* cs = rope->row(j);
+          for (int64_t i = 0; i < half; ++i) {
+            const float x0 = src[i], x1 = src[i + half];
+            dst[i] = x0 * cs[i] - x1 * cs[half + i];
+            dst[i + half] = x1 * cs[i] + x0 * cs[half + i];
+          }
+          src = dst;
+        }
+        kp[j - c0] = src;
+      }
+      for (int64_t t = 0; t < w.n; ++t) {
+        const int64_t p = b.positions[w.first + t], lo = lo_of(p);
+        const int64_t j0 = std::max(c0, lo), j1 = std::min(c1, p + 1);
+        if (j0 >= j1) continue;  // nothing of this query's range here
+        bool any = false;
+        for (int64_t j = j0; j < j1; ++j) any |= valid[j - c0];
+        if (!any) continue;
+        for (int64_t h = 0; h < group; ++h) {
+          const int64_t head = w.kv_head * group + h;
+          const float* qh = q + ((w.first + t) * s.n_head + head) * hd;
+          float* st = state.data() + (t * group + h) * (hd + 2);
+          float mx = -INFINITY;
+          for (int64_t j = j0; j < j1; ++j) {
+            sc[size_t(j - j0)] = valid[j - c0] ? k.dot(qh, kp[j - c0], hd) * scale : -INFINITY;
+            mx = std::max(mx, sc[size_t(j - j0)]);
+          }
+          const float m_new = std::max(st[0], mx);
+          const float alpha = std::exp(st[0] - m_new);  // exp(-inf) = 0 on the first chunk
+          float* acc = st + 2;
+          for (int64_t i = 0; i < hd; ++i) acc[i] *= alpha;
+          float sum = 0.f;
+          for (int64_t j = j0; j < j1; ++j) {
+            if (!valid[j - c0]) continue;
+            const float pj = std::exp(sc[size_t(j - j0)] - m_new);
+            sum += pj;
+            const int64_t slot = int64_t(table[j / bs]) * bs + j % bs;
+            k.axpy(pj, vl + slot * kv_dim + kv_off, acc, hd);
+          }
+          st[1] = st[1] * alpha + sum;
+          st[0] = m_new;
+        }
+      }
+    }
+    for (int64_t t = 0; t < w.n; ++t)
+      for (int64_t h = 0; h < group; ++h) {
+        const float* st = state.data() + (t * group + h) * (hd + 2);
+        float* o = out + ((w.first + t) * s.n_head + w.kv_head * group + h) * hd;
+        const float inv = 1.f / st[1];
+        for (int64_t i = 0; i < hd; ++i) o[i] = st[2 + i] * inv;
+      }
   }
 }
 

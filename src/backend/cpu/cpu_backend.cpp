@@ -36,15 +36,15 @@ class CpuBackend final : public Backend {
     std::copy(host.begin(), host.end(), out.begin());
   }
 
-  std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
-                                   int64_t kv_dim) override {
+  std::unique_ptr<KvStore> create_kv(const KvSpec& spec) override {
     auto kv = std::make_unique<KvStore>();
-    kv->n_layer = n_layer;
-    kv->n_slots = n_blocks * block_size;
-    kv->kv_dim = kv_dim;
-    kv->block_size = block_size;
+    kv->n_layer = spec.n_layer;
+    kv->n_slots = spec.n_blocks * spec.block_size;
+    kv->kv_dim = spec.kv_dim;
+    kv->block_size = spec.block_size;
     kv->dtype = DType::F32;
-    const size_t bytes = size_t(n_layer) * kv->layer_bytes();
+    kv->pre_rope = spec.pre_rope;
+    const size_t bytes = size_t(spec.n_layer) * kv->layer_bytes();
     kv->k = alloc(bytes);
     kv->v = alloc(bytes);
     // zeroed, so that reading a never-written slot (a bug) is not UB on NaNs
@@ -80,7 +80,12 @@ class CpuBackend final : public Backend {
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                  const AttnShape& s, float* out) override {
-    cpu::attention(q, kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b, s, out);
+    const cpu::RopeTable* rope = nullptr;
+    if (kv.pre_rope) {
+      rope_.ensure(s.inv_freq, s.head_dim, b.max_ctx);
+      rope = &rope_;
+    }
+    cpu::attention(q, kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b, s, rope, out);
   }
   void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
                  int32_t* ids, float* w) override {
@@ -95,6 +100,9 @@ class CpuBackend final : public Backend {
     for (int32_t i = 0; i < b.n_logits; ++i)
       std::memcpy(out + int64_t(i) * n, x + int64_t(b.logit_rows[i]) * n, size_t(n) * 4);
   }
+
+ private:
+  cpu::RopeTable rope_;  // for pre-RoPE keys (the shared instance is used by one thread at a time)
 };
 
 }  // namespace

@@ -9,6 +9,6 @@
 namespace wick {
 
 std::unique_ptr<Backend> make_cpu_backend();
-Backend& cpu_backend();  // a shared instance (the CPU backend keeps no per-call state)
+Backend& cpu_backend();  // a shared instance, for one thread at a time (tests, the CLI)
 
 }  // namespace wick

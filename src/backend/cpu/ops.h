@@ -27,10 +27,24 @@ void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t
 // k, v [n, kv_dim] into rows slots[i] of one layer's f32 K and V storage.
 void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
               const float* k, const float* v);
+// cos and sin of every (position, frequency) for rotating pre-RoPE keys,
+// computed as rope() computes them; grown on demand.
+class RopeTable {
+ public:
+  void ensure(const float* inv_freq, int64_t head_dim, int64_t n_pos);
+  const float* row(int64_t pos) const { return cs_.data() + pos * head_dim_; }  // cos | sin
+
+ private:
+  const float* freq_ = nullptr;
+  int64_t head_dim_ = 0, n_pos_ = 0;
+  std::vector<float> cs_;  // [n_pos][head_dim]: cos of the half, then sin
+};
+
 // out [n_tokens, n_head * head_dim]: causal attention of q over each token's
-// own sequence, through the batch's block table, on one layer's f32 storage.
+// own sequence, through the batch's block table (skipping holes past a
+// block's fill), on one layer's f32 storage; `rope` set for pre-RoPE keys.
 void attention(const float* q, const float* k_layer, const float* v_layer, int64_t kv_dim,
-               const BatchArgs& b, const AttnShape& s, float* out);
+               const BatchArgs& b, const AttnShape& s, const RopeTable* rope, float* out);
 
 // Mixture of experts (see Backend::moe_route / moe_mlp).
 void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,

@@ -54,6 +54,13 @@ __device__ __forceinline__ int row_lo(int pos, int window) {
   return window > 0 ? max(0, pos - window + 1) : 0;
 }
 
+// False for a hole: a slot outside its block's valid range (begin << 16 | end).
+__device__ __forceinline__ bool slot_filled(const BatchArgs& b, const int32_t* fill, int pos) {
+  if (!fill) return true;
+  const int v = fill[pos / b.block_size], off = pos % b.block_size;
+  return off >= (v >> 16) && off < (v & 0xffff);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(128)
     attn_f16_kernel(const AttnArgs a, const BatchArgs b, int n_row_tiles, int n_parts) {
@@ -78,6 +85,7 @@ __global__ void __launch_bounds__(128)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int kv_dim = a.n_head_kv * HD;
   const int32_t* table = b.block_table + size_t(seq) * b.max_blocks;
+  const int32_t* fill = b.block_fill ? b.block_fill + size_t(seq) * b.max_blocks : nullptr;
 
   // This lane's two rows (g and g + 8 of the warp's 16).
   int row_tok[2], row_head[2], row_pos[2];
@@ -125,14 +133,39 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     for (int i = threadIdx.x; i < kKeys * (HD / 8); i += blockDim.x) {
       const int j = i / (HD / 8), part8 = i % (HD / 8), pos = k0 + j;
-      const bool ok = pos <= key_hi;
+      const bool ok = pos <= key_hi && slot_filled(b, fill, pos);
       size_t off = 0;
       if (ok) {
         const int slot = table[pos / b.block_size] * b.block_size + pos % b.block_size;
         off = size_t(slot) * kv_dim + size_t(kvh) * HD + part8 * 8;
       }
-      cp_async16(&ks[j][part8 * 8], static_cast<const __half*>(a.k_cache) + off, ok);
+      if (!a.rope) cp_async16(&ks[j][part8 * 8], static_cast<const __half*>(a.k_cache) + off, ok);
       cp_async16(&vs[j][part8 * 8], static_cast<const __half*>(a.v_cache) + off, ok);
+    }
+    if (a.rope) {  // pre-RoPE keys: rotate pairs (i, i + HD/2) by their position on the way in
+      constexpr int H2 = HD / 2;
+      for (int i = threadIdx.x; i < kKeys * (H2 / 4); i += blockDim.x) {
+        const int j = i / (H2 / 4), d = 4 * (i % (H2 / 4)), pos = k0 + j;
+        float r0[4] = {0, 0, 0, 0}, r1[4] = {0, 0, 0, 0};
+        if (pos <= key_hi && slot_filled(b, fill, pos)) {
+          const int slot = table[pos / b.block_size] * b.block_size + pos % b.block_size;
+          const __half* kr =
+              static_cast<const __half*>(a.k_cache) + size_t(slot) * kv_dim + size_t(kvh) * HD;
+          const float* cs = a.rope + size_t(pos) * HD;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float x0 = __half2float(kr[d + e]), x1 = __half2float(kr[H2 + d + e]);
+            const float c = cs[d + e], sn = cs[H2 + d + e];
+            r0[e] = x0 * c - x1 * sn;
+            r1[e] = x1 * c + x0 * sn;
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ks[j][d + e] = __float2half_rn(r0[e]);
+          ks[j][H2 + d + e] = __float2half_rn(r1[e]);
+        }
+      }
     }
     cp_async_wait_all();
     __syncthreads();
@@ -159,7 +192,7 @@ __global__ void __launch_bounds__(128)
         const int h = i / 2, pos = k0 + 8 * j + 2 * c + (i & 1);
         const bool ok = row_ok[h] && pos <= row_pos[h] &&
                         pos >= row_lo(row_pos[h], a.sliding_window) && pos >= part_lo &&
-                        pos < part_hi;
+                        pos < part_hi && slot_filled(b, fill, pos);
         sc[j][i] = ok ? sc[j][i] * scale : -INFINITY;
         mx[h] = fmaxf(mx[h], sc[j][i]);
       }
@@ -271,6 +304,7 @@ __global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
   const int lane = threadIdx.x & 31, G = a.n_head / a.n_head_kv, kv_dim = a.n_head_kv * HD;
   const int pos = b.positions[t], lo = row_lo(pos, a.sliding_window);
   const int32_t* table = b.block_table + size_t(b.seq_of[t]) * b.max_blocks;
+  const int32_t* fill = b.block_fill ? b.block_fill + size_t(b.seq_of[t]) * b.max_blocks : nullptr;
   const float* q = a.q + (size_t(t) * a.n_head + h) * HD;
   float qv[PER], acc[PER];
 #pragma unroll
@@ -282,14 +316,24 @@ __global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
   const float scale = rsqrtf(float(HD));
   float m = -INFINITY, l = 0.f;
   for (int j = lo; j <= pos; ++j) {
+    if (!slot_filled(b, fill, j)) continue;
     const size_t slot = size_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
     const float* kr = static_cast<const float*>(a.k_cache) + slot * kv_dim + (h / G) * HD;
     const float* vr = static_cast<const float*>(a.v_cache) + slot * kv_dim + (h / G) * HD;
     float s = 0.f;
+    if (a.rope) {  // pre-RoPE key: rotated pair by pair, lane i taking pairs i, i + 32, ...
+      const float* cs = a.rope + size_t(j) * HD;
+      for (int i = lane; i < HD / 2; i += 32) {
+        const float x0 = kr[i], x1 = kr[i + HD / 2];
+        s += q[i] * (x0 * cs[i] - x1 * cs[HD / 2 + i]) +
+             q[i + HD / 2] * (x1 * cs[i] + x0 * cs[HD / 2 + i]);
+      }
+    } else {
 #pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int d = lane + 32 * i;
-      if (d < HD) s += qv[i] * kr[d];
+      for (int i = 0; i < PER; ++i) {
+        const int d = lane + 32 * i;
+        if (d < HD) s += qv[i] * kr[d];
+      }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(~0u, s, off);

@@ -77,7 +77,8 @@ class CudaBackend final : public Backend {
     // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
     owned_.clear();
-    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_}) b->reset();
+    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &rope_tab_})
+      b->reset();
     cudaEventDestroy(upload_done_);
     cudaFreeHost(pinned_);
     cudaStreamDestroy(st_);
@@ -170,15 +171,15 @@ class CudaBackend final : public Backend {
   }
 
   DType kv_dtype() const override { return opt_.gpu_f32 ? DType::F32 : DType::F16; }
-  std::unique_ptr<KvStore> make_kv(int64_t n_layer, int64_t n_blocks, int64_t block_size,
-                                   int64_t kv_dim) override {
+  std::unique_ptr<KvStore> create_kv(const KvSpec& spec) override {
     auto kv = std::make_unique<KvStore>();
-    kv->n_layer = n_layer;
-    kv->n_slots = n_blocks * block_size;
-    kv->kv_dim = kv_dim;
-    kv->block_size = block_size;
+    kv->n_layer = spec.n_layer;
+    kv->n_slots = spec.n_blocks * spec.block_size;
+    kv->kv_dim = spec.kv_dim;
+    kv->block_size = spec.block_size;
     kv->dtype = kv_dtype();
-    const size_t bytes = size_t(n_layer) * kv->layer_bytes();
+    kv->pre_rope = spec.pre_rope;
+    const size_t bytes = size_t(spec.n_layer) * kv->layer_bytes();
     kv->k = alloc(bytes);
     kv->v = alloc(bytes);
     WICK_CUDA_CHECK(cudaMemsetAsync(kv->k.data(), 0, bytes, st_));
@@ -272,8 +273,8 @@ class CudaBackend final : public Backend {
   void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
                      const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
     cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                        b.slots, b.positions, b.n_tokens, int(s.n_head), int(s.n_head_kv),
-                        int(s.head_dim), inv_freq, st_);
+                        !kv.pre_rope, b.slots, b.positions, b.n_tokens, int(s.n_head),
+                        int(s.n_head_kv), int(s.head_dim), inv_freq, st_);
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                  const AttnShape& s, float* out) override {
@@ -288,7 +289,8 @@ class CudaBackend final : public Backend {
                      int(s.n_head_kv),
                      int(s.head_dim),
                      int(s.sliding_window),
-                     kv.dtype == DType::F16};
+                     kv.dtype == DType::F16,
+                     kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr};
     cuda::attention(a, b, st_);
   }
   void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
@@ -347,6 +349,18 @@ class CudaBackend final : public Backend {
     copy_to_device(b.data(), src, bytes);
     return b.data();
   }
+  // The rope table for pre-RoPE keys, grown (doubling) to cover n_pos positions.
+  const float* rope_rows(const float* inv_freq, int head_dim, int n_pos) {
+    if (inv_freq != rope_freq_ || head_dim != rope_hd_ || n_pos > rope_n_) {
+      const int n = std::max(n_pos, inv_freq == rope_freq_ ? 2 * rope_n_ : n_pos);
+      rope_tab_ = alloc(size_t(n) * size_t(head_dim) * 4);
+      cuda::rope_table(inv_freq, head_dim, n, rope_tab_.as<float>(), st_);
+      rope_freq_ = inv_freq;
+      rope_hd_ = head_dim;
+      rope_n_ = n;
+    }
+    return rope_tab_.as<float>();
+  }
   void drop_graphs() {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
     graphs_.clear();
@@ -364,7 +378,9 @@ class CudaBackend final : public Backend {
   std::deque<GpuWeight> descs_;  // stable addresses: Weight::aux points here
   std::deque<Buffer> owned_;     // prepared weights
   std::map<const void*, Buffer> expert_tables_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_;
+  const float* rope_freq_ = nullptr;
+  int rope_hd_ = 0, rope_n_ = 0;
   void* pinned_ = nullptr;
   cudaEvent_t upload_done_ = nullptr;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;

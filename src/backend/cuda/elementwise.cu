@@ -124,11 +124,11 @@ __device__ float to_cache<float>(float v) {
 template <typename T>
 __global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
                                const int32_t* slots, const int32_t* pos, int n_head, int n_head_kv,
-                               int head_dim, const float* inv_freq) {
+                               int head_dim, const float* inv_freq, bool rotate_k) {
   const int t = blockIdx.x, kv_dim = n_head_kv * head_dim;
   rotate(q + size_t(t) * n_head * head_dim, pos[t], head_dim, inv_freq, n_head);
   float* kt = k + size_t(t) * kv_dim;
-  rotate(kt, pos[t], head_dim, inv_freq, n_head_kv);
+  if (rotate_k) rotate(kt, pos[t], head_dim, inv_freq, n_head_kv);
   __syncthreads();
   const size_t slot = size_t(slots[t]);
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
@@ -151,6 +151,18 @@ __global__ void kv_write_kernel(const float* k, const float* v, T* kc, T* vc, co
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, float* out) {
   const float* src = x + size_t(rows[blockIdx.x]) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[size_t(blockIdx.x) * n + i] = src[i];
+}
+
+__global__ void rope_table_kernel(const float* inv_freq, int head_dim, int n_pos, float* table) {
+  const int half = head_dim / 2;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n_pos) * half;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int p = int(i / half), f = int(i % half);
+    float sn, cs;
+    sincosf(float(p) * inv_freq[f], &sn, &cs);  // as rotate() computes it
+    table[size_t(p) * head_dim + f] = cs;
+    table[size_t(p) * head_dim + half + f] = sn;
+  }
 }
 
 int grid_for(int64_t n) {
@@ -202,17 +214,25 @@ void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
 }
 
 void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool f16,
-                   const int32_t* slots, const int32_t* pos, int n_tokens, int n_head,
-                   int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st) {
+                   bool rotate_k, const int32_t* slots, const int32_t* pos, int n_tokens,
+                   int n_head, int n_head_kv, int head_dim, const float* inv_freq,
+                   cudaStream_t st) {
   if (n_tokens <= 0) return;
   if (f16)
-    rope_kv_kernel<__half><<<n_tokens, 128, 0, st>>>(q, k, v, static_cast<__half*>(k_cache),
-                                                     static_cast<__half*>(v_cache), slots, pos,
-                                                     n_head, n_head_kv, head_dim, inv_freq);
+    rope_kv_kernel<__half><<<n_tokens, 128, 0, st>>>(
+        q, k, v, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots, pos, n_head,
+        n_head_kv, head_dim, inv_freq, rotate_k);
   else
-    rope_kv_kernel<float><<<n_tokens, 128, 0, st>>>(q, k, v, static_cast<float*>(k_cache),
-                                                    static_cast<float*>(v_cache), slots, pos,
-                                                    n_head, n_head_kv, head_dim, inv_freq);
+    rope_kv_kernel<float><<<n_tokens, 128, 0, st>>>(
+        q, k, v, static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots, pos, n_head,
+        n_head_kv, head_dim, inv_freq, rotate_k);
+  WICK_CUDA_LAUNCHED();
+}
+
+void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st) {
+  if (n_pos <= 0) return;
+  rope_table_kernel<<<grid_for(int64_t(n_pos) * head_dim / 2), 256, 0, st>>>(inv_freq, head_dim,
+                                                                             n_pos, table);
   WICK_CUDA_LAUNCHED();
 }
 

@@ -52,11 +52,15 @@ void add(float* y, const float* x, int64_t n, cudaStream_t st);
 void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t st);
 void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
           const float* inv_freq, cudaStream_t st);
-// RoPE on q and k, then k and v into slot rows of one layer's cache (f16 or
-// f32 elements, kv_dim per row).
+// RoPE on q and (when rotate_k) k, then k and v into slot rows of one
+// layer's cache (f16 or f32 elements, kv_dim per row).
 void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
-                   const int32_t* slots, const int32_t* pos, int n_tokens, int n_head,
-                   int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st);
+                   bool rotate_k, const int32_t* slots, const int32_t* pos, int n_tokens,
+                   int n_head, int n_head_kv, int head_dim, const float* inv_freq,
+                   cudaStream_t st);
+// table [n_pos][head_dim]: cos(p f_i) for i < head_dim / 2, then sin(p f_i),
+// as the RoPE kernels compute them (for rotating pre-RoPE keys).
+void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st);
 void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
               const int32_t* slots, int n_tokens, int kv_dim, cudaStream_t st);
 void gather_rows(const float* x, const int32_t* rows, int n_rows, int n, float* out,
@@ -71,6 +75,7 @@ struct AttnArgs {
   float* partial;  // scratch, attention_partial_floats() of them
   int n_head, n_head_kv, head_dim, sliding_window;
   bool cache_f16;
+  const float* rope = nullptr;  // pre-RoPE keys: rope_table rows to rotate them by, else null
 };
 // Keys are split into partitions of this many positions, each reduced on
 // its own and combined in partition order (flash-decoding).
