@@ -128,6 +128,9 @@ class Backend {
                                    int64_t kv_dim, bool pre_rope = false) {
     return create_kv(KvSpec{n_layer, n_blocks, block_size, kv_dim, pre_rope});
   }
+  // Copies whole KV blocks (source, destination), every layer: a private copy
+  // of a shared span block before some of its tokens are recomputed.
+  virtual void copy_blocks(KvStore& kv, std::span<const std::pair<int32_t, int32_t>> pairs) = 0;
   // Copies a finished batch into backend memory; valid until the next upload.
   virtual BatchArgs upload(const Batch& b) = 0;
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ranges>
 
+#include "backend/cuda/kernels.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "gpu/gpu_helpers.h"
@@ -109,6 +110,27 @@ TEST_P(TinyOnGpu, EngineBatchedEqualsSequential) {
   for (size_t i = 0; i < reqs.size(); ++i)
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
   EXPECT_EQ(e.blocks().n_used(), 0);
+}
+
+// A prompt's logits from one prefill (the tiled matmul, forced for these
+// small shapes) have the bits of the same tokens decoded one at a time (the
+// decode kernel, one-row attention): prefill and decode are one computation.
+TEST_P(TinyOnGpu, PrefillLogitsEqualTokenByToken) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  auto m = load_model(tiny_dir(GetParam()) + "/bf16");
+  auto dm = prepare_model(*m, make_backend(cuda_opts(false)));
+  std::mt19937 rng(3);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back(int32_t(rng() % 256));
+  cuda::set_matmul_path(cuda::MatmulPath::Tiled);
+  auto prefill = run_all_logits(*dm->backend, m->config, dm->weights, ids, 0);
+  cuda::set_matmul_path(cuda::MatmulPath::Auto);
+  auto decode = run_all_logits(*dm->backend, m->config, dm->weights, ids, 1);
+  ASSERT_EQ(prefill.size(), decode.size());
+  size_t n_diff = 0;
+  for (size_t i = 0; i < prefill.size(); ++i) n_diff += prefill[i] != decode[i];
+  EXPECT_EQ(n_diff, 0u) << GetParam() << ": logits differing between prefill and decode";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, TinyOnGpu, ::testing::ValuesIn(archs()),

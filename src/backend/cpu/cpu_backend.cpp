@@ -53,6 +53,14 @@ class CpuBackend final : public Backend {
     return kv;
   }
   BatchArgs upload(const Batch& b) override { return b.args(b.packed().data()); }
+  void copy_blocks(KvStore& kv, std::span<const std::pair<int32_t, int32_t>> pairs) override {
+    const size_t block_bytes = size_t(kv.block_size) * row_bytes(kv.dtype, kv.kv_dim);
+    for (int64_t il = 0; il < kv.n_layer; ++il)
+      for (auto [src, dst] : pairs)
+        for (auto* base : {kv.k_layer<uint8_t>(il), kv.v_layer<uint8_t>(il)})
+          std::memcpy(base + size_t(dst) * block_bytes, base + size_t(src) * block_bytes,
+                      block_bytes);
+  }
 
   void embed(const Weight& tok, const BatchArgs& b, float* out) override {
     cpu::embed(tok, b.token_ids, b.n_tokens, out);

@@ -77,7 +77,7 @@ class CudaBackend final : public Backend {
     // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
     owned_.clear();
-    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &rope_tab_})
+    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &rope_tab_, &xb_})
       b->reset();
     cudaEventDestroy(upload_done_);
     cudaFreeHost(pinned_);
@@ -187,6 +187,15 @@ class CudaBackend final : public Backend {
     return kv;
   }
 
+  void copy_blocks(KvStore& kv, std::span<const std::pair<int32_t, int32_t>> pairs) override {
+    const size_t block_bytes = size_t(kv.block_size) * row_bytes(kv.dtype, kv.kv_dim);
+    for (int64_t il = 0; il < kv.n_layer; ++il)
+      for (auto [src, dst] : pairs)
+        for (auto* base : {kv.k_layer<uint8_t>(il), kv.v_layer<uint8_t>(il)})
+          WICK_CUDA_CHECK(cudaMemcpyAsync(base + size_t(dst) * block_bytes,
+                                          base + size_t(src) * block_bytes, block_bytes,
+                                          cudaMemcpyDeviceToDevice, st_));
+  }
   BatchArgs upload(const Batch& b) override {
     const auto& ints = b.packed();
     const size_t bytes = ints.size() * 4;
@@ -237,13 +246,13 @@ class CudaBackend final : public Backend {
   }
   void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
     const cuda::MatmulJob job{&desc(w), y, nullptr};
-    cuda::matmul(&job, 1, x, int(n_rows), st_);
+    cuda::matmul(&job, 1, x, int(n_rows), mm_scratch(*job.w, n_rows), st_);
   }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
                   float* out[3]) override {
     cuda::MatmulJob jobs[3];
     for (int i = 0; i < 3; ++i) jobs[i] = {&desc(*w[i]), out[i], bias[i]};
-    cuda::matmul(jobs, 3, x, int(n_rows), st_);
+    cuda::matmul(jobs, 3, x, int(n_rows), mm_scratch(*jobs[0].w, n_rows), st_);
   }
   void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
                       float* g, float* u) override {
@@ -252,7 +261,7 @@ class CudaBackend final : public Backend {
       Backend::matmul_gate_up(gate, up, x, n_rows, g, u);  // two products, then silu * up
       return;
     }
-    cuda::matmul_gate_up(dg, du, x, int(n_rows), g, st_);
+    cuda::matmul_gate_up(dg, du, x, int(n_rows), g, mm_scratch(dg, n_rows), st_);
   }
   void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
     cuda::add_bias(y, b, int(n_rows), int(n), st_);
@@ -361,6 +370,15 @@ class CudaBackend final : public Backend {
     }
     return rope_tab_.as<float>();
   }
+  // The tiled matmul's bf16 copy of the activations, grown to the largest
+  // product seen (graphs are recorded on a shape's second step, by when it
+  // has its size).
+  void* mm_scratch(const GpuWeight& w, int64_t n_rows) {
+    if (n_rows < 64) return nullptr;  // decode batches stay on the decode kernel
+    const size_t need = cuda::matmul_scratch_bytes(int(n_rows), w.k_pad);
+    if (xb_.bytes() < need) xb_ = alloc(need);
+    return xb_.data();
+  }
   void drop_graphs() {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
     graphs_.clear();
@@ -378,7 +396,7 @@ class CudaBackend final : public Backend {
   std::deque<GpuWeight> descs_;  // stable addresses: Weight::aux points here
   std::deque<Buffer> owned_;     // prepared weights
   std::map<const void*, Buffer> expert_tables_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_, xb_;
   const float* rope_freq_ = nullptr;
   int rope_hd_ = 0, rope_n_ = 0;
   void* pinned_ = nullptr;

@@ -20,11 +20,17 @@ struct MatmulJob {
   float* y;
   const float* bias;  // may be null
 };
-// Up to 3 products of the same x in one launch (q, k, v).
-void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, cudaStream_t st);
+// Up to 3 products of the same x in one launch (q, k, v). xb: scratch of
+// matmul_scratch_bytes(M, k_pad) bytes for the tiled (prefill) kernel, which
+// computes the same bits as the decode kernel; null keeps the decode kernel.
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st);
 // out [M, n_ff] = silu(x . gate^T) * (x . up^T)
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
-                    cudaStream_t st);
+                    void* xb, cudaStream_t st);
+size_t matmul_scratch_bytes(int M, int k_pad);
+// Which kernel computes products (tests compare the two): Auto picks by shape.
+enum class MatmulPath { Auto, Tiled, DecodeKernel };
+void set_matmul_path(MatmulPath path);
 
 // Mixture of experts: rows grouped by expert. tiles[i] = (expert, first
 // row, rows, 0) with rows <= grouped_tile_rows(n_rows); expert < 0 unused.
@@ -56,8 +62,7 @@ void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
 // layer's cache (f16 or f32 elements, kv_dim per row).
 void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
                    bool rotate_k, const int32_t* slots, const int32_t* pos, int n_tokens,
-                   int n_head, int n_head_kv, int head_dim, const float* inv_freq,
-                   cudaStream_t st);
+                   int n_head, int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st);
 // table [n_pos][head_dim]: cos(p f_i) for i < head_dim / 2, then sin(p f_i),
 // as the RoPE kernels compute them (for rotating pre-RoPE keys).
 void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st);

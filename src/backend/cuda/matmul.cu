@@ -14,6 +14,8 @@
 // which CTA computes an element, never the order.
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_common.cuh"
+#include "backend/cuda/matmul_tiled.h"
 
 namespace wick::cuda {
 
@@ -41,45 +43,6 @@ struct Params {
   const int4* tiles;
   int which;
 };
-
-template <Fmt F>
-constexpr int kE = elems_per_load(F);
-
-// The E weights of one lane's load as E/2 bf16 pairs.
-template <Fmt F>
-__device__ __forceinline__ void decode(const uint4 raw, float s, float m,
-                                       uint32_t (&b)[kE<F> / 2]) {
-  const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (F == Fmt::BF16) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = r[j];
-  } else if constexpr (F == Fmt::F16) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r[j]));
-      b[j] = pack_bf16(f.x, f.y);
-    }
-  } else if constexpr (F == Fmt::I8) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t word = r[j / 2] >> (16 * (j % 2));
-      const float lo = float(int8_t(word & 0xff)), hi = float(int8_t((word >> 8) & 0xff));
-      b[j] = pack_bf16(dq(lo, s, m), dq(hi, s, m));
-    }
-  } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t byte = (r[j / 4] >> (8 * (j % 4))) & 0xff;
-      b[j] = pack_bf16(dq(float(byte & 15), s, m), dq(float(byte >> 4), s, m));
-    }
-  }
-}
-
-template <Fmt F>
-__device__ __forceinline__ const uint8_t* row_ptr(const GpuWeight& w, int row) {
-  constexpr int kNum = F == Fmt::U4 ? 1 : (F == Fmt::I8 ? 2 : 4);  // bytes per 2 elements
-  return static_cast<const uint8_t*>(w.q) + size_t(row) * size_t(w.k_pad) * kNum / 2;
-}
 
 // The raw 16 bytes of one lane's weights of one chunk, with its group's
 // scale and min: fetched a few chunks ahead, decoded when used.
@@ -353,7 +316,7 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
 
 }  // namespace
 
-void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, cudaStream_t st) {
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st) {
   if (M <= 0 || n_jobs <= 0) return;
   // Jobs fuse into one launch when they share the layout and the reduction.
   int start = 0;
@@ -371,18 +334,24 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, cudaStream
     p.k_pad = w0.k_pad;
     p.kw = kw_for(w0);
     p.n_jobs = 0;
+    const int first = start;
     while (start < n_jobs && p.n_jobs < kMaxJobs && jobs[start].w->fmt == w0.fmt &&
            jobs[start].w->k_pad == w0.k_pad && jobs[start].w->group == w0.group &&
            kw_for(*jobs[start].w) == p.kw) {
       p.jobs[p.n_jobs++] = Job{*jobs[start].w, jobs[start].y, jobs[start].bias, 0};
       ++start;
     }
-    dispatch<false, false>(p, 0, st);
+    TiledProblem t{jobs + first, p.n_jobs};
+    t.x = x;
+    t.M = M;
+    t.kw = p.kw;
+    t.xb = xb;
+    if (!matmul_tiled(t, st)) dispatch<false, false>(p, 0, st);
   }
 }
 
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
-                    cudaStream_t st) {
+                    void* xb, cudaStream_t st) {
   if (M <= 0) return;
   if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
       gate.k_pad != up.k_pad) {
@@ -398,7 +367,9 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   p.n_in = gate.n_in;
   p.k_pad = gate.k_pad;
   p.kw = kw_for(gate);
-  dispatch<true, false>(p, 0, st);
+  const MatmulJob job{&gate, nullptr, nullptr};
+  TiledProblem t{&job, 1, &up, out, x, M, p.kw, xb};
+  if (!matmul_tiled(t, st)) dispatch<true, false>(p, 0, st);
 }
 
 int grouped_tile_rows(int n_rows) {

@@ -1,0 +1,50 @@
+// Device helpers shared by the matmul kernels (matmul.cu, matmul_tiled.cu):
+// how a lane's 16 bytes of a weight row become bf16 fragments. Both kernels
+// use these so that they compute the same products in the same order.
+#pragma once
+
+#include "backend/cuda/device.cuh"
+#include "backend/cuda/gpu_weight.h"
+
+namespace wick::cuda {
+
+template <Fmt F>
+constexpr int kE = elems_per_load(F);
+
+// The E weights of one lane's load as E/2 bf16 pairs.
+template <Fmt F>
+__device__ __forceinline__ void decode(const uint4 raw, float s, float m,
+                                       uint32_t (&b)[kE<F> / 2]) {
+  const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (F == Fmt::BF16) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = r[j];
+  } else if constexpr (F == Fmt::F16) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r[j]));
+      b[j] = pack_bf16(f.x, f.y);
+    }
+  } else if constexpr (F == Fmt::I8) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t word = r[j / 2] >> (16 * (j % 2));
+      const float lo = float(int8_t(word & 0xff)), hi = float(int8_t((word >> 8) & 0xff));
+      b[j] = pack_bf16(dq(lo, s, m), dq(hi, s, m));
+    }
+  } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t byte = (r[j / 4] >> (8 * (j % 4))) & 0xff;
+      b[j] = pack_bf16(dq(float(byte & 15), s, m), dq(float(byte >> 4), s, m));
+    }
+  }
+}
+
+template <Fmt F>
+__device__ __forceinline__ const uint8_t* row_ptr(const GpuWeight& w, int row) {
+  constexpr int kNum = F == Fmt::U4 ? 1 : (F == Fmt::I8 ? 2 : 4);  // bytes per 2 elements
+  return static_cast<const uint8_t*>(w.q) + size_t(row) * size_t(w.k_pad) * kNum / 2;
+}
+
+}  // namespace wick::cuda

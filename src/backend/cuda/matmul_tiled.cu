@@ -1,0 +1,372 @@
+// The prefill matmul: the products of matmul.cu's kernel, in the same order,
+// from shared-memory tiles, so that a token's result has the same bits
+// whichever of the two kernels computed it (batch invariance across the
+// prefill and decode paths; asserted by CudaMatmulTiled.*).
+//
+// matmul.cu fixes each output element's order: k in chunks of KC, slice w of
+// KW takes chunks w, w + KW, ... in order (E/4 mma steps each, a lane's 16
+// weight bytes decoded by decode<F>), the slices' sums added in slice order.
+// The decode kernel gives each slice its own warp; here one warp walks the
+// slices one after another, keeping the slice's sum (acc) apart from the
+// running total, so it needs no split of k across warps and can reuse each
+// staged tile across a (16 MT) x (8 NT) warp tile. The activations are converted
+// to bf16 once (the same rounding as the decode kernel's), and chunks are
+// staged with cp.async, KS chunks per stage in a ring of NS stages, in slice
+// order.
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_common.cuh"
+#include "backend/cuda/matmul_tiled.h"
+
+namespace wick::cuda {
+
+namespace {
+
+std::atomic<int> g_path{0};  // MatmulPath
+
+struct TJob {
+  GpuWeight w;
+  float* y;
+  const float* bias;
+  int tile_start;
+};
+
+struct TParams {
+  TJob jobs[kMaxTiledJobs];
+  int n_jobs;
+  const uint32_t* xb;  // [M][k_pad / 2] bf16 pairs
+  int M, k_pad, kw;
+  GpuWeight up;    // GATED: the second weight (jobs[0] is the gate)
+  float* y_gated;  // GATED: silu(gate) * up
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Chunks per stage (one barrier each) and stages in the ring.
+template <Fmt F>
+constexpr int chunks_per_stage() {
+  return F == Fmt::I8 ? 1 : 2;
+}
+template <Fmt F>
+constexpr int stages() {
+  return F == Fmt::I8 ? 4 : 3;
+}
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
+constexpr int smem_bytes() {
+  constexpr int KC = 4 * kE<F>, BM = 16 * MT * WM, BN = 8 * NT * WN;
+  return stages<F>() * chunks_per_stage<F>() * (BM * 2 * KC + (GATED ? 2 : 1) * BN * 64);
+}
+
+// Walks the chunks of k in slice order: slice 0's chunks 0, kw, 2 kw, ...,
+// then slice 1's, ... Slices past the last chunk are empty.
+struct ChunkOrder {
+  int w = 0, ch = 0;
+  __device__ __forceinline__ void next(int kw, int n_chunks) {
+    ch += kw;
+    if (ch >= n_chunks) ch = ++w;
+  }
+};
+
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
+__global__ void __launch_bounds__(WM* WN * 32, 1)
+    mm_tiled_kernel(const __grid_constant__ TParams p) {
+  constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1, NS = stages<F>();
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, NTHR = WM * WN * 32;
+  constexpr int A_ROW = 2 * KC, A_BYTES = BM * A_ROW, B_BYTES = BN * 64;
+  extern __shared__ __align__(16) uint8_t sm[];
+  constexpr int KS = chunks_per_stage<F>(), CHUNK = A_BYTES + NACC * B_BYTES;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int wm = warp / WN, wn = warp % WN;
+  int j = 0;
+  while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
+  const GpuWeight& W = p.jobs[j].w;
+  const int n0 = (int(blockIdx.x) - p.jobs[j].tile_start) * BN, m0 = int(blockIdx.y) * BM;
+  const int n_chunks = p.k_pad / KC, kw = p.kw;
+
+  // This thread's 16-byte copies of a chunk: A rows a_row + i * A_STEP at
+  // byte part * 16 of the row's chunk, B rows b_row + i * B_STEP likewise.
+  constexpr int AV = A_ROW / 16, A_STEP = NTHR / AV, N_ACP = BM / A_STEP;
+  constexpr int B_STEP = NTHR / 4, N_BCP = BN / B_STEP;
+  static_assert(NTHR % AV == 0 && BM % A_STEP == 0 && BN % B_STEP == 0, "copy split");
+  const int a_row = int(threadIdx.x) / AV, a_part = int(threadIdx.x) % AV;
+  const int b_row = int(threadIdx.x) / 4, b_part = int(threadIdx.x) % 4;
+  const size_t a_pitch = size_t(p.k_pad) * 2, b_pitch = size_t(p.k_pad) * (F == Fmt::I8 ? 1 : 2);
+  const uint8_t* a_src =
+      reinterpret_cast<const uint8_t*>(p.xb) + size_t(m0 + a_row) * a_pitch + 16 * a_part;
+  const uint8_t* b_src[NACC];
+#pragma unroll
+  for (int a = 0; a < NACC; ++a)
+    b_src[a] = static_cast<const uint8_t*>((a == 0 ? W : p.up).q) + size_t(n0 + b_row) * b_pitch +
+               16 * b_part;
+
+  auto load_chunk = [&](uint8_t* dst, int ch) {
+#pragma unroll
+    for (int i = 0; i < N_ACP; ++i) {
+      const bool ok = m0 + a_row + i * A_STEP < p.M;
+      const uint8_t* src = a_src + size_t(i) * A_STEP * a_pitch + size_t(ch) * A_ROW;
+      cp_async16(dst + (a_row + i * A_STEP) * A_ROW + 16 * a_part,
+                 ok ? src : reinterpret_cast<const uint8_t*>(p.xb), ok);
+    }
+#pragma unroll
+    for (int a = 0; a < NACC; ++a)
+#pragma unroll
+      for (int i = 0; i < N_BCP; ++i) {
+        const bool ok = n0 + b_row + i * B_STEP < W.n_out;
+        const uint8_t* src = b_src[a] + size_t(i) * B_STEP * b_pitch + size_t(ch) * 64;
+        cp_async16(dst + A_BYTES + a * B_BYTES + (b_row + i * B_STEP) * 64 + 16 * b_part,
+                   ok ? src : static_cast<const uint8_t*>(W.q), ok);
+      }
+  };
+
+  float acc[NACC][MT][NT][4], total[NACC][MT][NT][4];
+#pragma unroll
+  for (int a = 0; a < NACC; ++a)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[a][mt][nt][i] = total[a][mt][nt][i] = 0.f;
+
+  ChunkOrder ld, use;
+  auto load_stage = [&](int stage) {
+#pragma unroll
+    for (int q = 0; q < KS; ++q)
+      if (ld.w < kw && ld.ch < n_chunks) {
+        load_chunk(sm + (stage * KS + q) * CHUNK, ld.ch);
+        ld.next(kw, n_chunks);
+      }
+    cp_async_commit();
+  };
+  const int n_stages = (n_chunks + KS - 1) / KS;
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) load_stage(s);
+  for (int it = 0; it < n_stages; ++it) {
+    cp_async_wait<NS - 2>();
+    __syncthreads();  // stage it has landed; stage (it - 1) % NS is free again
+    load_stage((it + NS - 1) % NS);
+#pragma unroll
+    for (int q = 0; q < KS; ++q) {
+      if (it * KS + q >= n_chunks) break;
+      const uint8_t* s = sm + ((it % NS) * KS + q) * CHUNK;
+      const int k = use.ch * KC + E * c;  // this lane's first element of the chunk
+      uint32_t b[NACC][NT][E / 2];
+#pragma unroll
+      for (int a = 0; a < NACC; ++a) {
+        const GpuWeight& Wa = a == 0 ? W : p.up;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int row = wn * 8 * NT + 8 * nt + g;
+          const uint4 raw =
+              *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
+          float sc = 0.f, mn = 0.f;
+          if constexpr (F == Fmt::I8 || F == Fmt::U4) {
+            const int n = n0 + row;
+            if (n < Wa.n_out) {
+              const size_t gi = size_t(n) * size_t(Wa.k_pad / Wa.group) + size_t(k / Wa.group);
+              sc = __ldg(Wa.scale + gi);
+              mn = Wa.min ? __ldg(Wa.min + gi) : 0.f;
+            }
+          }
+          decode<F>(raw, sc, mn, b[a][nt]);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int r = wm * 16 * MT + 16 * mt + g;
+        // this lane's E activations of rows r and r + 8: elements [E c, E c + E) of the chunk
+        uint32_t lo[E / 2], hi[E / 2];
+#pragma unroll
+        for (int v = 0; v < E / 8; ++v) {
+          const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + 2 * E * c + 16 * v);
+          const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + 2 * E * c + 16 * v);
+          lo[4 * v] = l.x, lo[4 * v + 1] = l.y, lo[4 * v + 2] = l.z, lo[4 * v + 3] = l.w;
+          hi[4 * v] = h.x, hi[4 * v + 1] = h.y, hi[4 * v + 2] = h.z, hi[4 * v + 3] = h.w;
+        }
+#pragma unroll
+        for (int st = 0; st < E / 4; ++st)
+#pragma unroll
+          for (int a = 0; a < NACC; ++a)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              mma_bf16(acc[a][mt][nt], lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1],
+                       b[a][nt][2 * st], b[a][nt][2 * st + 1]);
+      }
+      const int slice = use.w;
+      use.next(kw, n_chunks);
+      if (use.w != slice) {  // the slice is complete: total = s0 + s1 + ... in slice order
+#pragma unroll
+        for (int a = 0; a < NACC; ++a)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                total[a][mt][nt][i] =
+                    slice == 0 ? acc[a][mt][nt][i] : total[a][mt][nt][i] + acc[a][mt][nt][i];
+                acc[a][mt][nt][i] = 0.f;
+              }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  // empty slices (kw > n_chunks) add their zero, as the decode kernel does
+  for (int w = n_chunks; w < kw; ++w)
+#pragma unroll
+    for (int a = 0; a < NACC; ++a)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) total[a][mt][nt][i] = total[a][mt][nt][i] + 0.f;
+
+  float* y = GATED ? p.y_gated : p.jobs[j].y;
+  const float* bias = p.jobs[j].bias;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = m0 + wm * 16 * MT + 16 * mt + g + 8 * (i / 2);
+        const int col = n0 + wn * 8 * NT + 8 * nt + 2 * c + (i % 2);
+        if (r >= p.M || col >= W.n_out) continue;
+        float v = total[0][mt][nt][i];
+        if constexpr (GATED) {
+          v = v / (1.f + expf(-v)) * total[NACC - 1][mt][nt][i];
+        } else {
+          if (bias) v += bias[col];
+        }
+        y[size_t(r) * W.n_out + col] = v;
+      }
+}
+
+// x [M][n_in] f32 -> [M][k_pad] bf16, zeros past n_in: the decode kernel's
+// conversion (pack_bf16 of each pair), once per product instead of per tile.
+__global__ void to_bf16_kernel(const float* x, int M, int n_in, int k_pad, uint32_t* xb) {
+  const int64_t half = k_pad / 2, n = int64_t(M) * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / half;
+    const int k = int(i % half) * 2;
+    const float* src = x + r * n_in;
+    xb[i] = pack_bf16(k < n_in ? src[k] : 0.f, k + 1 < n_in ? src[k + 1] : 0.f);
+  }
+}
+
+int n_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
+void launch(TParams& p, cudaStream_t st) {
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, SMEM = smem_bytes<F, WM, WN, MT, NT, GATED>();
+  auto kernel = mm_tiled_kernel<F, WM, WN, MT, NT, GATED>;
+  static bool raised = false;
+  if (!raised) {
+    WICK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    raised = true;
+  }
+  int n_tiles = 0;
+  for (int j = 0; j < p.n_jobs; ++j) {
+    p.jobs[j].tile_start = n_tiles;
+    n_tiles += ceil_div(p.jobs[j].w.n_out, BN);
+  }
+  kernel<<<dim3(unsigned(n_tiles), unsigned(ceil_div(p.M, BM))), WM * WN * 32, SMEM, st>>>(p);
+  WICK_CUDA_LAUNCHED();
+}
+
+// CTAs of a (WM x WN)-warp tile over the jobs.
+int n_ctas(const TParams& p, int bm, int bn) {
+  int n = 0;
+  for (int j = 0; j < p.n_jobs; ++j) n += ceil_div(p.jobs[j].w.n_out, bn);
+  return n * ceil_div(p.M, bm);
+}
+
+// The largest CTA tile that still gives every SM six warps or more (the
+// kernel hides its latencies with warps, not with a deep pipeline), else
+// the smallest, 32 x 8 NT warp tiles in one-warp CTAs.
+template <Fmt F, bool GATED>
+void dispatch_tile(TParams& p, cudaStream_t st) {
+  constexpr int NT = GATED ? 2 : 4;
+  const int want = 6 * n_sms();
+  if (8 * n_ctas(p, 128, 32 * NT) >= want) return launch<F, 2, 4, 4, NT, GATED>(p, st);
+  if (4 * n_ctas(p, 128, 16 * NT) >= want) return launch<F, 2, 2, 4, NT, GATED>(p, st);
+  if (2 * n_ctas(p, 64, 16 * NT) >= want) return launch<F, 1, 2, 4, NT, GATED>(p, st);
+  if (n_ctas(p, 64, 8 * NT) >= want) return launch<F, 1, 1, 4, NT, GATED>(p, st);
+  launch<F, 1, 1, 2, NT, GATED>(p, st);
+}
+
+}  // namespace
+
+void set_matmul_path(MatmulPath path) {
+  g_path = int(path);
+}
+
+size_t matmul_scratch_bytes(int M, int k_pad) {
+  return size_t(std::max(M, 0)) * size_t(k_pad) * 2;
+}
+
+bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
+  const MatmulPath path = MatmulPath(g_path.load());
+  if (path == MatmulPath::DecodeKernel || !t.xb || t.M <= 0) return false;
+  const Fmt f = t.jobs[0].w->fmt;
+  if (f != Fmt::BF16 && f != Fmt::F16 && f != Fmt::I8) return false;
+  const bool force = path == MatmulPath::Tiled;
+  // too few rows to share a staged weight tile: the decode kernel streams better
+  if (!force && t.M < 64) return false;
+  TParams p{};
+  p.n_jobs = t.n_jobs;
+  for (int j = 0; j < t.n_jobs; ++j) p.jobs[j] = TJob{*t.jobs[j].w, t.jobs[j].y, t.jobs[j].bias, 0};
+  p.xb = static_cast<const uint32_t*>(t.xb);
+  p.M = t.M;
+  p.k_pad = t.jobs[0].w->k_pad;
+  p.kw = t.kw;
+  const bool gated = t.up != nullptr;
+  if (gated) {
+    p.up = *t.up;
+    p.y_gated = t.y_gated;
+  }
+  // decide before converting: a refused problem launches nothing
+  const int NT = gated ? 2 : 4;
+  if (!force && n_ctas(p, 32, 8 * NT) < n_sms()) return false;
+  const int64_t words = int64_t(t.M) * (p.k_pad / 2);
+  to_bf16_kernel<<<int(std::min<int64_t>(4096, (words + 255) / 256)), 256, 0, st>>>(
+      t.x, t.M, t.jobs[0].w->n_in, p.k_pad, static_cast<uint32_t*>(t.xb));
+  WICK_CUDA_LAUNCHED();
+  switch (f) {
+    case Fmt::BF16:
+      gated ? dispatch_tile<Fmt::BF16, true>(p, st) : dispatch_tile<Fmt::BF16, false>(p, st);
+      return true;
+    case Fmt::F16:
+      gated ? dispatch_tile<Fmt::F16, true>(p, st) : dispatch_tile<Fmt::F16, false>(p, st);
+      return true;
+    default:
+      gated ? dispatch_tile<Fmt::I8, true>(p, st) : dispatch_tile<Fmt::I8, false>(p, st);
+      return true;
+  }
+}
+
+}  // namespace wick::cuda

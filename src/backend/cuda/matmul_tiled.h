@@ -1,0 +1,32 @@
+// The prefill matmul (matmul_tiled.cu), called by matmul.cu's launchers for
+// problems with enough rows; it computes matmul.cu's products in matmul.cu's
+// order, from shared-memory tiles. Host code, no CUDA syntax.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "backend/cuda/kernels.h"
+
+namespace wick::cuda {
+
+constexpr int kMaxTiledJobs = 3;
+
+struct TiledProblem {
+  const MatmulJob* jobs;  // same format, k_pad and group; jobs[0] is the gate when up is set
+  int n_jobs;
+  const GpuWeight* up = nullptr;  // gated: out = silu(x . gate^T) * (x . up^T)
+  float* y_gated = nullptr;
+  const float* x;  // [M, n_in] f32
+  int M;
+  int kw;    // slices of k, as the decode kernel's kw_for
+  void* xb;  // scratch, matmul_scratch_bytes(M, k_pad); null: never tiled
+};
+
+// Launches the tiled kernel and returns true, or returns false (nothing
+// launched) when it does not apply: a 4-bit or f32 weight, or too few rows
+// or tiles for it to beat the decode kernel.
+bool matmul_tiled(const TiledProblem& t, cudaStream_t st);
+
+}  // namespace wick::cuda
