@@ -68,6 +68,8 @@ __global__ void __launch_bounds__(128)
   __shared__ __align__(16) __half ks[kKeys][LD];
   __shared__ __align__(16) __half vs[kKeys][LD];
 
+  allow_next_kernel();
+  wait_for_previous_kernel();
   const int per_run = n_row_tiles * n_parts;
   const int run = int(blockIdx.x) / per_run, rem = int(blockIdx.x) % per_run;
   const int rt = rem / n_parts, part = rem % n_parts;
@@ -276,6 +278,8 @@ __global__ void __launch_bounds__(128)
 
 // Merges a token's partitions in order: out = sum 2^(m_i - M) o_i / sum 2^(m_i - M) l_i.
 __global__ void attn_combine_kernel(const AttnArgs a, const BatchArgs b, int n_parts) {
+  allow_next_kernel();
+  wait_for_previous_kernel();
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
   const int pos = b.positions[t];
   const int first = row_lo(pos, a.sliding_window) / kAttnPartition, last = pos / kAttnPartition;
@@ -299,6 +303,7 @@ __global__ void attn_combine_kernel(const AttnArgs a, const BatchArgs b, int n_p
 template <int HD>
 __global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
   constexpr int PER = (HD + 31) / 32;
+  allow_next_kernel();
   const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
   if (h >= a.n_head) return;
   const int lane = threadIdx.x & 31, G = a.n_head / a.n_head_kv, kv_dim = a.n_head_kv * HD;
@@ -364,12 +369,10 @@ void launch_f16(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
   const int G = a.n_head / a.n_head_kv;
   const int n_row_tiles = ceil_div(int64_t(b.max_run) * G, kRows), n_parts = n_parts_for(b);
   const dim3 grid(unsigned(b.n_runs * n_row_tiles * n_parts), unsigned(a.n_head_kv));
-  attn_f16_kernel<HD><<<grid, 128, 0, st>>>(a, b, n_row_tiles, n_parts);
-  WICK_CUDA_LAUNCHED();
+  launch_early(attn_f16_kernel<HD>, grid, dim3(128), 0, st, a, b, n_row_tiles, n_parts);
   if (n_parts == 1) return;  // every row finished in the one partition
-  attn_combine_kernel<<<dim3(unsigned(b.n_tokens), unsigned(a.n_head)), std::min(HD, 128), 0, st>>>(
-      a, b, n_parts);
-  WICK_CUDA_LAUNCHED();
+  launch_early(attn_combine_kernel, dim3(unsigned(b.n_tokens), unsigned(a.n_head)),
+               dim3(std::min(HD, 128)), 0, st, a, b, n_parts);
 }
 
 template <int HD>

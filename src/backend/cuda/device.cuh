@@ -56,4 +56,39 @@ __device__ __forceinline__ float dq(float q, float scale, float min) {
   return __fsub_rn(__fmul_rn(q, scale), min);
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched by launch_early
+// may start while the kernel before it drains, and must call this before it
+// reads that kernel's outputs or writes anything. Elsewhere a no-op.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel, when launched by launch_early, start now (it waits
+// for this one's results itself).
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Launches `kernel` so that it may overlap the previous kernel's tail (its
+// weight loads need nothing from it); the kernel calls wait_for_previous_kernel.
+template <typename Kernel, typename... Args>
+void launch_early(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                  Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  WICK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 }  // namespace wick::cuda

@@ -63,6 +63,8 @@ template <bool ADD>
 __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, float eps,
                                float* y) {
   __shared__ float sh[32];
+  allow_next_kernel();
+  wait_for_previous_kernel();
   float* xr = x + size_t(blockIdx.x) * n;
   const float* rr = ADD ? r + size_t(blockIdx.x) * n : nullptr;
   float ss = 0.f;
@@ -125,6 +127,8 @@ template <typename T>
 __global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
                                const int32_t* slots, const int32_t* pos, int n_head, int n_head_kv,
                                int head_dim, const float* inv_freq, bool rotate_k) {
+  allow_next_kernel();
+  wait_for_previous_kernel();
   const int t = blockIdx.x, kv_dim = n_head_kv * head_dim;
   rotate(q + size_t(t) * n_head * head_dim, pos[t], head_dim, inv_freq, n_head);
   float* kt = k + size_t(t) * kv_dim;
@@ -181,16 +185,15 @@ void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float
              cudaStream_t st) {
   if (n_rows <= 0) return;
   // x is read only (ADD = false never writes it)
-  rmsnorm_kernel<false><<<n_rows, n >= 256 ? kRowThreads : 64, 0, st>>>(const_cast<float*>(x),
-                                                                        nullptr, w, n, eps, y);
-  WICK_CUDA_LAUNCHED();
+  launch_early(rmsnorm_kernel<false>, dim3(n_rows), dim3(n >= 256 ? kRowThreads : 64), 0, st,
+               const_cast<float*>(x), nullptr, w, n, eps, y);
 }
 
 void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps, float* y,
                  cudaStream_t st) {
   if (n_rows <= 0) return;
-  rmsnorm_kernel<true><<<n_rows, n >= 256 ? kRowThreads : 64, 0, st>>>(x, r, w, n, eps, y);
-  WICK_CUDA_LAUNCHED();
+  launch_early(rmsnorm_kernel<true>, dim3(n_rows), dim3(n >= 256 ? kRowThreads : 64), 0, st, x, r,
+               w, n, eps, y);
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t st) {
@@ -219,14 +222,13 @@ void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_ca
                    cudaStream_t st) {
   if (n_tokens <= 0) return;
   if (f16)
-    rope_kv_kernel<__half><<<n_tokens, 128, 0, st>>>(
-        q, k, v, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots, pos, n_head,
-        n_head_kv, head_dim, inv_freq, rotate_k);
+    launch_early(rope_kv_kernel<__half>, dim3(n_tokens), dim3(128), 0, st, q, k, v,
+                 static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots, pos, n_head,
+                 n_head_kv, head_dim, inv_freq, rotate_k);
   else
-    rope_kv_kernel<float><<<n_tokens, 128, 0, st>>>(
-        q, k, v, static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots, pos, n_head,
-        n_head_kv, head_dim, inv_freq, rotate_k);
-  WICK_CUDA_LAUNCHED();
+    launch_early(rope_kv_kernel<float>, dim3(n_tokens), dim3(128), 0, st, q, k, v,
+                 static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots, pos, n_head,
+                 n_head_kv, head_dim, inv_freq, rotate_k);
 }
 
 void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st) {

@@ -84,6 +84,7 @@ template <Fmt F, int MT, int NT, bool GATED, bool GROUPED>
 __global__ void mm_kernel(const __grid_constant__ Params p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
   extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT]
+  allow_next_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   int j = 0;
   while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
@@ -94,6 +95,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   const float* bias = p.jobs[j].bias;
   int M = p.M, m0 = int(blockIdx.y) * 16 * MT;
   if constexpr (GROUPED) {
+    wait_for_previous_kernel();  // the tiles come from the routing kernel
     const int4 t = p.tiles[blockIdx.y];
     if (t.x < 0) return;
     W = p.experts[t.x * 3 + p.which];
@@ -131,6 +133,8 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
         if constexpr (GATED) fetch_b<F, NT>(U, n0, g, ch * KC + E * c, raw[d][NACC - 1]);
       }
     }
+    // The weights above do not depend on the kernel before; x does.
+    wait_for_previous_kernel();
     for (int base = w; base < n_chunks; base += P * p.kw) {
 #pragma unroll
       for (int d = 0; d < P; ++d) {
@@ -223,8 +227,8 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   }
   // up to 16 warps for the small decode tiles, 8 for the register-heavy larger ones
   const int n_warps = std::min(p.kw, MT == 1 ? 16 : 8);
-  kernel<<<dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), n_warps * 32, smem, st>>>(p);
-  WICK_CUDA_LAUNCHED();
+  launch_early(kernel, dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), dim3(n_warps * 32), smem, st,
+               p);
 }
 
 // Tile shapes by batch rows: decode keeps many CTAs over the weight rows;
