@@ -1,0 +1,56 @@
+// spnl's span queries (../shared/design/SPANS.md): the query tree parsed from
+// its JSON, flattened into chat-message pieces, and laid out as prompt ids
+// with the independent pieces (the children of `plus`) marked as spans.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/parse_common.h"
+
+namespace wick::server {
+
+struct SpanNode {
+  enum class Kind { Message, Seq, Cross, Plus };  // `par` inside an input reads as `plus`
+  Kind kind = Kind::Message;
+  std::string role, content;       // Message
+  std::vector<SpanNode> children;  // Seq, Cross, Plus
+};
+
+// One generation: spnl's `g` (max_tokens 0 means 2,048; temperature 0.6 unless given).
+struct SpanGenerate {
+  std::string model;
+  SpanNode input;
+  int32_t max_tokens = 2048;
+  float temperature = 0.6f;
+};
+
+struct SpanQuery {
+  enum class Top { G, Repeat, Map };
+  Top top = Top::G;
+  SpanGenerate g;                   // G and Repeat; Map: model, max_tokens, temperature
+  int32_t n = 1;                    // Repeat: samples
+  std::vector<std::string> inputs;  // Map: one completion per input
+};
+
+// A 400 naming the path of the first bad node ("g.input.cross[1].plus[0]").
+SpanQuery parse_span_query(const json& body);
+
+// Messages in order; an independent piece (a plus child) becomes a span.
+struct PromptPiece {
+  json messages = json::array();
+  bool independent = false;
+};
+std::vector<PromptPiece> flatten(const SpanNode& input);
+
+// The ids of a chat prompt laid out piece by piece: each message rendered by
+// the chat template as the difference it makes to the conversation before it
+// (an independent piece: to the system messages before it alone, so its ids
+// are the same wherever it stands), then the generation prompt. spans gets
+// each independent piece's [begin, end) in the ids.
+std::vector<int32_t> span_prompt(const ModelView& m, const std::vector<PromptPiece>& pieces,
+                                 std::vector<std::pair<int32_t, int32_t>>& spans);
+
+}  // namespace wick::server
