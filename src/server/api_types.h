@@ -15,6 +15,9 @@ struct OpenAiRequest {
   bool chat = false;
   std::string model;  // as the body names it; empty: the server's default
   GenerateRequest gen;
+  // Completions with a list of prompts: the ones after gen.prompt (choices
+  // prompt by prompt, n_choices each, as OpenAI orders them).
+  std::vector<std::vector<int32_t>> more_prompts;
   int32_t n_choices = 1;         // each its own request, choice i seeded seed + i
   bool stream = false;           // SSE
   bool usage_in_stream = false;  // stream_options.include_usage

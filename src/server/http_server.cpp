@@ -13,6 +13,7 @@
 #include "server/model_lookup.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
+#include "server/span_query.h"
 #include "server/submit.h"
 #include "server/write_ollama.h"
 #include "server/write_openai.h"
@@ -38,13 +39,33 @@ void send_json(httplib::Response& res, int status, const json& j) {
   res.set_content(j.dump(), "application/json");
 }
 
+// r's choices, prompt by prompt (a completions request may carry several);
+// all or none: a 429 on one prompt cancels the choices already queued.
+Channels submit_all(Api& api, const std::shared_ptr<const LoadedModel>& m, const OpenAiRequest& r) {
+  Channels chans = api.sub.submit(m, r.gen, r.n_choices);
+  const int32_t n_ctx = api.view(*m).n_ctx;
+  for (const auto& prompt : r.more_prompts) {
+    GenerateRequest g = r.gen;
+    g.prompt = prompt;
+    g.max_tokens = std::min<int64_t>(g.max_tokens, int64_t(n_ctx) - int64_t(prompt.size()));
+    try {
+      for (auto& c : api.sub.submit(m, g, r.n_choices)) chans.push_back(c);
+    } catch (const ApiError&) {
+      api.sub.cancel(chans);
+      throw;
+    }
+  }
+  return chans;
+}
+
 void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib::Response& res) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
   try {
     const json body = parse_body(req.body);
-    auto m = find_model(openai_model_name(body), api.cfg.default_model, false);
+    // NAME:latest as on Ollama's endpoints (spnl's ollama/NAME sends it)
+    auto m = find_model(openai_model_name(body), api.cfg.default_model, true);
     const OpenAiRequest r = parse_openai(body, chat, api.view(*m), std::random_device{}());
-    const Channels chans = api.sub.submit(m, r.gen, r.n_choices);
+    const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", api.next_id++),
                           unix_now(), r.model.empty() ? api.cfg.default_model : r.model};
     if (!r.stream) {
@@ -55,6 +76,68 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
     api.metrics.count_request(endpoint, 200);
     res.set_header("Cache-Control", "no-cache");
     api.sub.respond(res, "text/event-stream", chans, std::make_shared<OpenAiStream>(r, meta));
+  } catch (const ApiError& e) {
+    api.metrics.count_request(endpoint, e.status);
+    send_json(res, e.status, openai_error(e));
+  }
+}
+
+// spnl's span query (POST /v1/query/execute?stream=): g and repeat answer a
+// ChatCompletion, map a Completion; streams are completion chunks either way.
+OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool stream) {
+  OpenAiRequest r;
+  r.chat = q.top != SpanQuery::Top::Map;
+  r.model = q.g.model;
+  r.stream = stream;
+  r.n_choices = q.top == SpanQuery::Top::Repeat ? q.n : 1;
+  GenerateRequest& g = r.gen;
+  g.sampling = kOpenAiSampling.defaults;
+  g.sampling.temperature = q.g.temperature;
+  g.sampling.seed = std::random_device{}();
+  auto fit = [&](std::vector<int32_t> ids) {
+    if (int64_t(ids.size()) >= view.n_ctx)
+      bad("input",
+          fmt::format("the query has {} tokens; the context holds {}", ids.size(), view.n_ctx));
+    return ids;
+  };
+  if (q.top == SpanQuery::Top::Map) {
+    for (size_t i = 0; i < q.inputs.size(); ++i) {
+      auto ids = fit(view.tokenizer.encode(q.inputs[i], {.add_special = true}));
+      if (i == 0)
+        g.prompt = std::move(ids);
+      else
+        r.more_prompts.push_back(std::move(ids));
+    }
+  } else {
+    std::vector<std::pair<int32_t, int32_t>> spans;
+    g.prompt = fit(span_prompt(view, flatten(q.g.input), spans));
+  }
+  g.max_tokens = int32_t(std::min<int64_t>(q.g.max_tokens, view.n_ctx - int64_t(g.prompt.size())));
+  return r;
+}
+
+void span_execute(Api& api, const httplib::Request& req, httplib::Response& res) {
+  const std::string endpoint = "/v1/query/execute";
+  try {
+    const SpanQuery q = parse_span_query(parse_body(req.body));  // text/plain or JSON
+    auto m = find_model(q.g.model, api.cfg.default_model, true);
+    const std::string stream = req.get_param_value("stream");
+    if (!stream.empty() && stream != "true" && stream != "false")
+      bad("stream", "stream must be true or false");
+    const OpenAiRequest r = span_request(q, api.view(*m), stream == "true");
+    const Channels chans = submit_all(api, m, r);
+    const OpenAiMeta meta{fmt::format("{}-{}", r.chat ? "chatcmpl" : "cmpl", api.next_id++),
+                          unix_now(), q.g.model};
+    api.metrics.count_request(endpoint, 200);
+    if (!r.stream) {
+      send_json(res, 200, openai_response(r, meta, api.sub.wait(chans), *m->tokenizer));
+      return;
+    }
+    OpenAiRequest as_completion = r;
+    as_completion.chat = false;
+    res.set_header("Cache-Control", "no-cache");
+    api.sub.respond(res, "text/event-stream", chans,
+                    std::make_shared<OpenAiStream>(as_completion, meta));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
@@ -93,6 +176,9 @@ void register_openai(httplib::Server& svr, Api& api) {
   });
   svr.Post("/v1/completions", [&api](const httplib::Request& req, httplib::Response& res) {
     openai_completion(api, false, req, res);
+  });
+  svr.Post("/v1/query/execute", [&api](const httplib::Request& req, httplib::Response& res) {
+    span_execute(api, req, res);
   });
 }
 

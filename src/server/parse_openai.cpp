@@ -26,11 +26,12 @@ const SamplingSpec kOpenAiSampling = {
 
 namespace {
 
+constexpr size_t kMaxPrompts = 128;  // in one completions request
+
 // A string (encoded with the tokenizer's specials) or an array of token ids.
-std::vector<int32_t> completion_prompt(const json& b, const ModelView& m) {
-  if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
-  const json& p = b["prompt"];
-  const std::string type_error = "'prompt' must be a string or an array of token ids";
+std::vector<int32_t> completion_prompt(const json& p, const ModelView& m) {
+  const std::string type_error =
+      "'prompt' must be a string, an array of strings or an array of token ids";
   if (p.is_string()) {
     auto prompt = m.tokenizer.encode(p.get<std::string>(), {.add_special = true});
     if (prompt.empty()) bad("prompt", "'prompt' is empty");
@@ -91,7 +92,22 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
     g.prompt = chat_prompt(m, b["messages"], b.value("tools", json()),
                            b.value("chat_template_kwargs", json()));
   } else {
-    g.prompt = completion_prompt(b, m);
+    if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
+    const json& p = b["prompt"];
+    if (p.is_array() && !p.empty() && p[0].is_string()) {  // one completion per string
+      if (p.size() > kMaxPrompts)
+        bad("prompt", fmt::format("at most {} prompts in one request", kMaxPrompts));
+      for (size_t i = 0; i < p.size(); ++i) {
+        auto ids = completion_prompt(p[i], m);
+        check_fits(ids.size(), m.n_ctx, "prompt");
+        if (i == 0)
+          g.prompt = std::move(ids);
+        else
+          r.more_prompts.push_back(std::move(ids));
+      }
+    } else {
+      g.prompt = completion_prompt(p, m);
+    }
   }
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
   g.sampling = parse_sampling(b, kOpenAiSampling, random_seed);
@@ -99,6 +115,8 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   const int64_t n = field<int64_t>(b, "n").value_or(1);
   if (n < 1 || n > 8) bad("n", "'n' must be in [1, 8]");
   r.n_choices = int32_t(n);
+  if ((r.more_prompts.size() + 1) * size_t(n) > kMaxPrompts)
+    bad("n", fmt::format("prompts x n must be at most {}", kMaxPrompts));
   r.stream = field<bool>(b, "stream").value_or(false);
   if (b.contains("stream_options") && b["stream_options"].is_object())
     r.usage_in_stream = field<bool>(b["stream_options"], "include_usage").value_or(false);

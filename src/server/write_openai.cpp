@@ -103,7 +103,7 @@ OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta)
     : chat_(r.chat),
       usage_in_stream_(r.usage_in_stream),
       meta_(std::move(meta)),
-      started_(size_t(r.n_choices), false) {}
+      started_(size_t(r.n_choices) * (r.more_prompts.size() + 1), false) {}
 
 std::string OpenAiStream::chunk(size_t i, const json& delta_or_text, const json& finish) const {
   json c = {{"id", meta_.id},

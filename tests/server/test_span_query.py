@@ -1,0 +1,104 @@
+"""spnl's span queries against a real `wick serve`: the raw endpoint
+POST /v1/query/execute (g, plus/cross, repeat, map; streaming and not) and
+spnl's own client (PyPI `spnl`) over the OpenAI-compatible endpoints."""
+import asyncio
+import json
+
+import pytest
+import requests
+
+NAME = "smollm2"  # the default model, by its name in the model store
+DOCS = ["The capital of France is Paris.", "The capital of Peru is Lima.", "Water boils at 100 degrees."]
+
+
+def rag(question, docs, name="spnl/" + NAME, max_tokens=24):
+    return {"g": {"model": name, "max_tokens": max_tokens, "temperature": 0, "input": {"cross": [
+        {"system": "Answer briefly from the documents."},
+        {"plus": [{"user": d} for d in docs]},
+        {"user": question}]}}}
+
+
+def execute(server, query, stream):
+    r = requests.post(server.url + "/v1/query/execute", params={"stream": "true" if stream else "false"},
+                      data=json.dumps(query), headers={"Content-Type": "text/plain"}, timeout=120, stream=stream)
+    assert r.status_code == 200, r.text
+    if not stream:
+        return r.json()
+    texts = {}
+    lines = [l for l in r.iter_lines(decode_unicode=True) if l]
+    assert lines[-1] == "data: [DONE]"
+    for line in lines[:-1]:
+        assert line.startswith("data: ")
+        for c in json.loads(line[6:])["choices"]:
+            texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+    return texts
+
+
+def test_g_with_plus_answers_from_the_documents(server):
+    out = execute(server, rag("What is the capital of France?", DOCS), stream=False)
+    assert out["object"] == "chat.completion"
+    assert "Paris" in out["choices"][0]["message"]["content"]
+    assert out["usage"]["prompt_tokens"] > 30
+
+
+def test_stream_equals_non_stream(server):
+    q = rag("What is the capital of France?", DOCS)
+    full = execute(server, q, stream=False)["choices"][0]["message"]["content"]
+    assert execute(server, q, stream=True) == {0: full}
+
+
+def test_repeat_and_map(server):
+    rep = execute(server, {"repeat": {"n": 3, "g": {"model": NAME, "input": {"user": "Say one word."},
+                                                     "max_tokens": 4, "temperature": 0}}}, stream=False)
+    assert [c["index"] for c in rep["choices"]] == [0, 1, 2]
+    m = {"map": {"metadata": {"model": NAME, "max_tokens": 4, "temperature": 0},
+                 "inputs": ["The capital of France is", "One, two,"]}}
+    out = execute(server, m, stream=False)
+    assert out["object"] == "text_completion"
+    assert [c["index"] for c in out["choices"]] == [0, 1]
+    assert "Paris" in out["choices"][0]["text"]
+    streamed = execute(server, m, stream=True)
+    assert streamed == {c["index"]: c["text"] for c in out["choices"]}
+
+
+@pytest.mark.parametrize("query,param", [
+    ({"par": []}, "query"),
+    ({"g": {"model": NAME, "input": {"cross": [{"user": "a"}, {"plus": [{"user": 3}]}]}}}, "g.input.cross[1].plus[0]"),
+    ({"g": {"model": NAME}}, "g.input"),
+    ({"repeat": {"n": 0, "g": {"model": NAME, "input": {"user": "x"}}}}, "repeat.n"),
+])
+def test_bad_queries_are_400s_naming_the_node(server, query, param):
+    r = requests.post(server.url + "/v1/query/execute", data=json.dumps(query), timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_completions_take_a_list_of_prompts_and_latest_names(server):
+    r = requests.post(server.url + "/v1/completions", timeout=60, json={
+        "model": NAME + ":latest", "prompt": ["The capital of France is", "One, two,"], "max_tokens": 4,
+        "temperature": 0, "n": 2})
+    assert r.status_code == 200, r.text
+    choices = r.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    assert choices[0]["text"] == choices[1]["text"]  # greedy: both choices of one prompt agree
+    assert "Paris" in choices[0]["text"]
+
+
+def test_spnl_client_over_openai(server, monkeypatch):
+    spnl = pytest.importorskip("spnl")
+    monkeypatch.setenv("OPENAI_API_BASE", server.url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    name = "openai/" + NAME
+    plain = asyncio.run(spnl.execute(json.dumps(
+        {"g": {"model": name, "input": {"user": "What is the capital of France?"}, "max_tokens": 16,
+               "temperature": 0}})))
+    assert "Paris" in plain.data
+    withdocs = asyncio.run(spnl.execute(json.dumps(rag("What is the capital of France?", DOCS, name))))
+    assert "Paris" in withdocs.data
+    rep = asyncio.run(spnl.execute(json.dumps(
+        {"repeat": {"n": 2, "g": {"model": name, "input": {"user": "Say hi"}, "max_tokens": 8, "temperature": 0.5}}})))
+    assert rep.data
+    m = asyncio.run(spnl.execute(json.dumps(
+        {"map": {"metadata": {"model": name, "max_tokens": 6, "temperature": 0},
+                 "inputs": ["The capital of France is", "One, two,"]}})))
+    assert "Paris" in m.data
