@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "engine/model_store.h"
 #include "server/engine_loop.h"
 #include "server/model_lookup.h"
 #include "server/parse_ollama.h"
