@@ -147,6 +147,18 @@ void ModelPool::evict_locked(const std::string& keep) {
   }
 }
 
+bool ModelPool::holds(const LoadedModel& m) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [k, e] : entries_)
+    if (e.ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        if (e.ready.get().get() == &m) return true;
+      } catch (...) {
+      }
+    }
+  return false;
+}
+
 std::shared_ptr<const LoadedModel> ModelPool::get(const std::string& name) {
   return get_at(name, resolve_model(name));
 }

@@ -64,6 +64,8 @@ class ModelPool {
   // A name only, resolved inside the model store (what a server's clients may ask for).
   std::shared_ptr<const LoadedModel> get_stored(const std::string& name);
   size_t n_loaded() const;
+  // Whether m is one of the pool's models (not yet evicted).
+  bool holds(const LoadedModel& m) const;
   size_t n_loads() const { return n_loads_; }  // how many loads ran (for tests)
 
  private:
