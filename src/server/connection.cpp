@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 
 namespace wick::server {
@@ -178,7 +179,7 @@ thread_local GuardedStream* t_stream = nullptr;  // the connection this thread s
 }
 
 bool GuardedServer::client_gone() {
-  return t_stream && !t_stream->has_buffered() && peer_closed(t_stream->socket());
+  return t_stream && peer_closed(t_stream->socket());
 }
 
 bool GuardedServer::headers_too_large() {
