@@ -384,6 +384,75 @@ TEST(ServerBody, NotJsonOrNotAnObject) {
   EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
 }
 
+// Invalid UTF-8 inside a string is a 400 naming its byte offset (it was a 500
+// when the error message quoting the bytes failed to serialize).
+TEST(ServerBody, InvalidUtf8NamesTheByteOffset) {
+  const std::string body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\xff\"}]}";
+  const ApiError e = error_of([&] { parse_body(body); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "invalid_utf8");
+  EXPECT_CONTAINS(e.message, fmt::format("byte offset {}", body.find('\xff')));
+  // overlong and surrogate encodings are invalid too
+  EXPECT_EQ(error_of([] { parse_body("{\"a\": \"\xc0\xaf\"}"); }).code, "invalid_utf8");
+  EXPECT_EQ(error_of([] { parse_body("{\"a\": \"\xed\xa0\x80\"}"); }).code, "invalid_utf8");
+  EXPECT_EQ(parse_body("{\"a\": \"caf\xc3\xa9\"}")["a"], "caf\xc3\xa9");
+}
+
+TEST(ServerBody, NestingPastTheLimitNamesTheByteOffset) {
+  const std::string ok = std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']');
+  EXPECT_NO_THROW(parse_body("{\"a\": " + ok + "}"));
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const ApiError e = error_of([&] { parse_body(deep); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "json_too_deep");
+  EXPECT_CONTAINS(e.message, fmt::format("byte offset {}", 6 + kMaxJsonDepth - 1));
+  // brackets inside strings do not count
+  EXPECT_NO_THROW(parse_body("{\"a\": \"" + std::string(1000, '[') + "\\\"{\"}"));
+}
+
+TEST_F(ServerParse, RequestLimits) {
+  const std::string msg = R"({"role": "user", "content": "hi"})";
+  std::string many = "[";
+  for (size_t i = 0; i <= kMaxMessages; ++i) many += (i ? "," : "") + msg;
+  many += "]";
+  EXPECT_EQ(error_of([&] { openai(R"({"messages": )" + many + "}", true); }).param, "messages");
+  std::string tools = "[";
+  for (size_t i = 0; i <= kMaxTools; ++i)
+    tools += std::string(i ? "," : "") + R"({"type": "function"})";
+  tools += "]";
+  EXPECT_EQ(error_of([&] {
+              openai(R"({"messages": [)" + msg + R"(], "tools": )" + tools + "}", true);
+            }).param,
+            "tools");
+  const std::string long_stop(kMaxStopBytes + 1, 'x');
+  const ApiError stop = error_of(
+      [&] { openai(R"({"messages": [)" + msg + R"(], "stop": [")" + long_stop + R"("]})", true); });
+  EXPECT_EQ(stop.param, "stop");
+  EXPECT_CONTAINS(stop.message, "at most 512 bytes");
+  EXPECT_EQ(
+      error_of([&] {
+        ollama(R"({"model": "m", "prompt": "hi", "options": {"stop": [")" + long_stop + R"("]}})",
+               false);
+      }).param,
+      "stop");
+}
+
+// chat_template_kwargs add template variables; they cannot replace the
+// conversation or what the server and the template themselves define.
+TEST_F(ServerParse, ChatTemplateKwargsCannotReplaceReservedNames) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  for (const char* name : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
+                           "raise_exception", "range", "namespace"}) {
+    const ApiError e = error_of([&] {
+      openai("{" + msgs + R"(, "chat_template_kwargs": {")" + name + R"(": []}})", true);
+    });
+    EXPECT_EQ(e.param, "chat_template_kwargs") << name;
+    EXPECT_CONTAINS(e.message, std::string("chat_template_kwargs.") + name + " is reserved");
+  }
+  EXPECT_EQ(error_of([&] { openai("{" + msgs + R"(, "chat_template_kwargs": [1]})", true); }).code,
+            "invalid_type");
+}
+
 // The SSE bytes of a chat stream with two choices: a role chunk before each
 // choice's first text, a finish chunk each, the usage, then [DONE].
 TEST(ServerWrite, OpenAiChatStream) {

@@ -74,6 +74,50 @@ TEST(ChatTemplate, SyntaxErrorsNameTheLine) {
   expect_error("{{ 1 / 0 }}", "division by zero");
 }
 
+// A render is bounded: loops, range(), strings, lists, macro recursion,
+// nesting in the source and cycles through a namespace each fail with an
+// error naming the bound instead of hanging or exhausting memory.
+TEST(ChatTemplate, RendersAreBounded) {
+  auto expect_error = [](const std::string& src, const std::string& piece) {
+    try {
+      ChatTemplate t(src, "t.jinja");
+      t.render(nlohmann::ordered_json{{"messages", nlohmann::ordered_json::array()}});
+      ADD_FAILURE() << "no error for: " << src;
+    } catch (const jinja::TemplateError& e) {
+      EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+    }
+  };
+  expect_error("{% for i in range(10 ** 12) %}x{% endfor %}", "range() of 1000000000000 items");
+  expect_error("{% for i in range(60000) %}{% for j in range(60000) %}{% endfor %}{% endfor %}",
+               "past 100000 loop iterations");
+  expect_error("{% for i in range(1000) %}{{ 'x' * 20000 }}{% endfor %}",
+               "would pass 16777216 bytes");
+  expect_error("{{ 'x' * 1000000000 }}", "would pass 16777216 bytes");
+  expect_error("{{ [1, 2] * 1000000000 }}", "a list would pass 100000 items");
+  expect_error(
+      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}",
+      "would pass 16777216 bytes");
+  expect_error("{% set s = 'a' * 10000 %}{{ s.replace('a', s) }}", "would pass 16777216 bytes");
+  expect_error("{{ 'a\nb' | indent(1000000000) }}", "width must be in [0, 1024]");
+  expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+               "macro calls nest deeper than 100 levels");
+  expect_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}",
+               "nest deeper than 100 levels");
+  std::string ifs;
+  for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
+  expect_error(ifs, "nest deeper than 100 levels");
+  expect_error("{{ " + std::string(1000, '-') + "1 }}", "nest deeper than 100 levels");
+  expect_error("{% set ns = namespace(x=none) %}{% set ns.x = ns %}{{ ns | tojson }}",
+               "nesting deeper than 256 levels");
+  expect_error("{% set ns = namespace(x=none) %}{% set ns.x = ns %}{{ ns == ns }}",
+               "nests deeper than 256 levels");
+  // a huge exponent takes no time (squaring); what is in bounds still renders
+  ChatTemplate ok("{{ (2 ** 999999999999) is number }}{% for i in range(1000) %}{% endfor %}x",
+                  "ok");
+  EXPECT_EQ(ok.render(nlohmann::ordered_json::object()), "Truex");
+}
+
 TEST(TextBadInput, ClearErrors) {
   WICK_REQUIRE_SHARED();
   auto tk = Tokenizer::load(shared_dir() + "/tokenizers/qwen3/tokenizer.json");

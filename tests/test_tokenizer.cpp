@@ -5,6 +5,7 @@
 
 #include "helpers.h"
 #include "text/detokenizer.h"
+#include "text/regex.h"
 #include "text/tokenizer.h"
 
 namespace wick::test {
@@ -78,6 +79,25 @@ TEST_P(Conformance, EncodeDecodeAndStreamMatchTokenizers) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, Conformance, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Pre-tokenizer patterns come from tokenizer files: one that backtracks
+// without end fails with an error naming it, and long ordinary input still matches.
+TEST(Regex, RunsUnderMatchLimits) {
+  const Regex bad("(a+)+$");
+  std::vector<std::pair<size_t, size_t>> out;
+  try {
+    bad.find_all(std::string(40, 'a') + "!", out);
+    ADD_FAILURE() << "catastrophic backtracking ran to its end";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("(a+)+$"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+  }
+  const Regex words("\\p{L}+| ?[^\\s\\p{L}]+|\\s+(?!\\S)|\\s+");
+  out.clear();
+  words.find_all(std::string(1 << 20, 'a') + std::string(1 << 16, ' ') + "b", out);
+  ASSERT_EQ(out.size(), 4u);  // the letters, 65535 spaces, the space before b, b
+  EXPECT_EQ(out[0], std::make_pair(size_t(0), size_t(1) << 20));
+}
 
 }  // namespace
 }  // namespace wick::test

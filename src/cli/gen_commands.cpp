@@ -12,6 +12,7 @@
 #include "engine/model_pool.h"
 #include "engine/session.h"
 #include "server/http_server.h"
+#include "server/parse_common.h"
 #include "text/chat_template.h"
 
 namespace wick::cli {
@@ -253,6 +254,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", cfg.host, "address to bind (default 127.0.0.1)");
   cmd->add_option("--port", cfg.port, "port (default 8080)")->check(CLI::Range(1, 65535));
   cmd->add_option("--api-key", cfg.api_key, "require Authorization: Bearer KEY (env WICK_API_KEY)");
+  cmd->add_option("--allowed-hosts", cfg.allowed_hosts,
+                  "Host header names answered besides localhost, 127.x.x.x and ::1 (comma-"
+                  "separated; * = any). On a loopback --host other names get 403 (against DNS "
+                  "rebinding); on another address, a list turns the same check on")
+      ->delimiter(',');
   cmd->add_option("--kv-memory", kv_mib,
                   "KV cache memory per model in MiB (default: 512 on the CPU, on a GPU 90% of "
                   "what --gpu-memory-fraction leaves after the weights)")
@@ -270,9 +276,24 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-body", cfg.max_body_bytes,
                   "largest request body in bytes (default 8 MiB)");
+  cmd->add_option("--max-header-bytes", cfg.max_header_bytes,
+                  "largest request line and headers in bytes, which must also arrive within "
+                  "the 30 s read timeout (default 64 KiB; past it: 431)")
+      ->check(CLI::Range(size_t(1) << 10, size_t(1) << 24));
   cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")
       ->check(CLI::Range(1, 4096));
   add_device_options(cmd);
+  cmd->footer(fmt::format(
+      "Clients name models; only names in the model store resolve (no paths, no '..', no "
+      "symlinks out of the store). --model is the operator's and may be a path.\n"
+      "Request limits (400 naming the field): JSON nesting {} levels, {} messages, {} tools, "
+      "n <= {}, stop <= 4 strings (Ollama 16) of <= {} bytes, max_tokens <= {} and then at "
+      "most what the context leaves; the body must be UTF-8. Chat templates render at most "
+      "16 MiB, 100000 loop iterations and 100 nested macro calls; chat_template_kwargs cannot "
+      "replace messages, tools, add_generation_prompt, bos_token, eos_token or the template's "
+      "functions.",
+      server::kMaxJsonDepth, server::kMaxMessages, server::kMaxTools, server::kMaxChoices,
+      server::kMaxStopBytes, server::kMaxTokensAsked));
   cmd->callback([] {
     const bool prefix = cfg.engine.prefix_cache;
     EngineConfig env = EngineConfig::from_env();

@@ -109,13 +109,31 @@ bool Engine::step() {
     return true;
   }
   if (plan.seqs.empty()) return scheduler_.has_work();
-  runner_.run(plan.seqs);
-  scheduler_.update(plan);
-  for (Sequence* s : output_.update(plan.sampling(), runner_)) {
-    auto done = scheduler_.remove(s->id);  // frees its blocks before on_done
-    output_.finish(*done, done->result.stop_reason);
+  try {
+    if (cfg_.before_execute) cfg_.before_execute(plan.seqs);
+    runner_.run(plan.seqs);
+    scheduler_.update(plan);
+    for (Sequence* s : output_.update(plan.sampling(), runner_)) {
+      auto done = scheduler_.remove(s->id);  // frees its blocks before on_done
+      output_.finish(*done, done->result.stop_reason);
+    }
+  } catch (const std::exception& ex) {
+    // Retrying would fail the same way: end this step's requests, keep the rest.
+    std::vector<int64_t> ids;
+    for (const auto& w : plan.seqs) ids.push_back(w.seq->id);
+    for (int64_t id : ids)
+      if (auto s = scheduler_.remove(id)) fail(std::move(s), ex.what());
   }
   return true;
+}
+
+void Engine::fail(std::unique_ptr<Sequence> s, const std::string& reason) {
+  s->result.internal_error = true;
+  output_.finish(*s, "error: " + reason);
+}
+
+void Engine::abort_all(const std::string& reason) {
+  while (auto s = scheduler_.remove_any()) fail(std::move(s), reason);
 }
 
 void Engine::run_until_idle() {

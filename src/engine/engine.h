@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "engine/model_pool.h"
 #include "engine/model_runner.h"
@@ -29,6 +32,9 @@ struct EngineConfig {
   // Activation buffers sized for max_batch_tokens up front (a server: no
   // allocation under load); false grows them as steps need (a session).
   bool reserve_scratch = true;
+  // Called before each step's forward pass with what it computes; for tests
+  // (an exception thrown here fails the step like a failing kernel would).
+  std::function<void(std::span<const ScheduledSeq>)> before_execute;
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 
@@ -40,8 +46,13 @@ class Engine {
   // Queues a request; throws GenerateError for a bad one (nothing is queued).
   int64_t add_request(const GenerateRequest& req, StreamCallbacks cb);
   void cancel(int64_t id);  // frees its blocks at once; on_done gets "cancelled"
-  bool step();              // schedule, execute, update; false when there is nothing to do
+  // Schedule, execute, update; false when there is nothing to do. When the
+  // execution or update fails, the step's requests end with "error: ..."
+  // (internal_error set) and the others go on.
+  bool step();
   void run_until_idle();
+  // Ends every request with "error: reason" (internal_error set), frees their blocks.
+  void abort_all(const std::string& reason);
 
   // counters
   int32_t n_running() const { return scheduler_.n_running(); }
@@ -56,6 +67,8 @@ class Engine {
   EngineConfig cfg_;
   Scheduler scheduler_;
   ModelRunner runner_;
+  void fail(std::unique_ptr<Sequence> s, const std::string& reason);
+
   OutputProcessor output_;
   int64_t next_id_ = 1;
   uint64_t n_steps_ = 0;

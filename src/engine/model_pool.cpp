@@ -84,9 +84,15 @@ size_t env_size(const char* name, size_t dflt) {
 std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
                                                       const std::function<void(float)>& progress,
                                                       const BackendOptions& opt) {
+  return load_model_at(name, resolve_model(name), progress, opt);
+}
+
+std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::string& path,
+                                           const std::function<void(float)>& progress,
+                                           const BackendOptions& opt) {
   auto lm = std::make_shared<LoadedModel>();
   lm->name = name;
-  lm->path = resolve_model(name);
+  lm->path = path;
   if (progress) progress(0.f);
   lm->model = load_model(lm->path);
   if (progress) progress(0.7f);
@@ -141,8 +147,29 @@ void ModelPool::evict_locked(const std::string& keep) {
   }
 }
 
+bool ModelPool::holds(const LoadedModel& m) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [k, e] : entries_)
+    if (e.ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        if (e.ready.get().get() == &m) return true;
+      } catch (...) {
+      }
+    }
+  return false;
+}
+
 std::shared_ptr<const LoadedModel> ModelPool::get(const std::string& name) {
-  const std::string key = fs::weakly_canonical(resolve_model(name)).string();
+  return get_at(name, resolve_model(name));
+}
+
+std::shared_ptr<const LoadedModel> ModelPool::get_stored(const std::string& name) {
+  return get_at(name, resolve_model_name(name));
+}
+
+std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
+                                                     const std::string& path) {
+  const std::string key = fs::weakly_canonical(path).string();
   std::shared_future<std::shared_ptr<LoadedModel>> ready;
   std::promise<std::shared_ptr<LoadedModel>> promise;
   bool load_here = false;
@@ -166,7 +193,7 @@ std::shared_ptr<const LoadedModel> ModelPool::get(const std::string& name) {
         std::lock_guard<std::mutex> lock(mu_);
         opt = opt_;
       }
-      promise.set_value(load_model_and_tokenizer(name, {}, opt));
+      promise.set_value(load_model_at(name, path, {}, opt));
     } catch (...) {
       promise.set_exception(std::current_exception());
       std::lock_guard<std::mutex> lock(mu_);

@@ -41,11 +41,16 @@ struct LoadedModel {
   const ModelConfig& config() const { return model->config; }
 };
 
-// Loads model and tokenizer from a path (no pool); `progress` gets 0..1.
-// `opt` picks the backend (the CPU unless it says otherwise).
+// Loads model and tokenizer from a MODEL argument (resolve_model: a path or
+// a stored name; no pool); `progress` gets 0..1. `opt` picks the backend
+// (the CPU unless it says otherwise).
 std::shared_ptr<LoadedModel> load_model_and_tokenizer(
     const std::string& name, const std::function<void(float)>& progress = {},
     const BackendOptions& opt = cpu_options());
+// The same for a path already resolved, loaded as `name`.
+std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::string& path,
+                                           const std::function<void(float)>& progress,
+                                           const BackendOptions& opt);
 
 class ModelPool {
  public:
@@ -54,8 +59,13 @@ class ModelPool {
   static ModelPool& global();  // limits from the environment (throws on invalid values)
   void set_backend(const BackendOptions& opt);  // for models loaded from now on
 
+  // A MODEL argument as the operator gives it: a path or a stored name.
   std::shared_ptr<const LoadedModel> get(const std::string& name);
+  // A name only, resolved inside the model store (what a server's clients may ask for).
+  std::shared_ptr<const LoadedModel> get_stored(const std::string& name);
   size_t n_loaded() const;
+  // Whether m is one of the pool's models (not yet evicted).
+  bool holds(const LoadedModel& m) const;
   size_t n_loads() const { return n_loads_; }  // how many loads ran (for tests)
 
  private:
@@ -63,6 +73,7 @@ class ModelPool {
     std::shared_future<std::shared_ptr<LoadedModel>> ready;
     uint64_t last_used = 0;
   };
+  std::shared_ptr<const LoadedModel> get_at(const std::string& name, const std::string& path);
   void evict_locked(const std::string& keep);
 
   size_t max_models_, max_bytes_;

@@ -1,14 +1,26 @@
 // Where models live: MODEL arguments are a .gguf path, a HF folder, or a name
 // in the model store ($WICK_MODELS, default ~/.cache/wick/models).
+//
+// A path is what an operator types on the command line; a NAME is all that
+// a server's clients may give. A name resolves only inside the store: no
+// path separators, no "..", and no entry that leads (through a symlink)
+// out of it. Every refused name gets the same "unknown model" error, so the
+// error does not tell which files exist elsewhere.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace wick {
 
 std::string model_store_dir();
-// The path MODEL refers to; throws ModelError naming the store when it is
-// neither a path nor a stored name.
+// The path MODEL refers to: MODEL itself when it exists (or is shaped:...),
+// else resolve_model_name(MODEL).
 std::string resolve_model(const std::string& model);
+// The canonical path of the stored model NAME (store/NAME.gguf or the folder
+// store/NAME); throws ModelError "unknown model ..." naming the store.
+std::string resolve_model_name(const std::string& name);
+// The names in the store that resolve (a .gguf file's stem, a folder's name), sorted.
+std::vector<std::string> stored_model_names();
 
 }  // namespace wick

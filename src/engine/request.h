@@ -38,6 +38,7 @@ struct GenerateResult {
   // "eos", "stop", "length" (max_tokens), "context" (prompt and generated
   // tokens together reached n_ctx), "cancelled", or "error: ..."
   std::string stop_reason;
+  bool internal_error = false;      // the error is the engine's (a failed step), not the request's
   int32_t n_prompt = 0;             // prompt tokens
   int32_t n_reused = 0;             // prompt tokens whose K/V came from the cache
   int32_t n_prefilled = 0;          // prompt tokens computed

@@ -30,6 +30,12 @@ std::unique_ptr<Sequence> Scheduler::remove(int64_t id) {
   return s;
 }
 
+std::unique_ptr<Sequence> Scheduler::remove_any() {
+  if (!running_.empty()) return remove(running_.back()->id);
+  if (!waiting_.empty()) return remove(waiting_.back()->id);
+  return nullptr;
+}
+
 void Scheduler::free_blocks(Sequence& s) {
   for (int32_t b : s.block_table) pool_.release(b);
   s.block_table.clear();

@@ -45,6 +45,7 @@ class Scheduler {
   void add(std::unique_ptr<Sequence> s);  // waits for its turn
   // Takes a sequence out (frees its blocks); null when it is not here.
   std::unique_ptr<Sequence> remove(int64_t id);
+  std::unique_ptr<Sequence> remove_any();  // null when empty
   SchedulerOutput schedule();
   // After the forward pass: counts move on, newly full blocks enter the prefix cache.
   void update(const SchedulerOutput& plan);

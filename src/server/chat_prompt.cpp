@@ -9,6 +9,8 @@ namespace {
 void check_messages(const json& messages) {
   if (!messages.is_array()) bad("messages", "'messages' must be an array", "invalid_type");
   if (messages.empty()) bad("messages", "'messages' must not be empty");
+  if (messages.size() > kMaxMessages)
+    bad("messages", fmt::format("'messages' takes at most {} messages", kMaxMessages));
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& msg = messages[i];
     const std::string p = fmt::format("messages[{}]", i);
@@ -46,11 +48,29 @@ json normalise_messages(const json& messages) {
   return msgs;
 }
 
+// Template variables a client may add; those the server sets and the
+// template's own functions are not the client's to replace.
+void check_template_kwargs(const json& extra) {
+  if (extra.is_null()) return;
+  if (!extra.is_object())
+    bad("chat_template_kwargs", "'chat_template_kwargs' must be an object", "invalid_type");
+  for (auto& [k, v] : extra.items())
+    if (ChatTemplate::is_reserved(k))
+      bad("chat_template_kwargs",
+          fmt::format("chat_template_kwargs.{} is reserved: the server sets it", k));
+}
+
 }  // namespace
 
 std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const json& tools,
                                  const json& extra) {
   check_messages(messages);
+  check_template_kwargs(extra);
+  if (!tools.is_null()) {
+    if (!tools.is_array()) bad("tools", "'tools' must be an array", "invalid_type");
+    if (tools.size() > kMaxTools)
+      bad("tools", fmt::format("'tools' takes at most {} tools", kMaxTools));
+  }
   json msgs = normalise_messages(messages);
   const Tokenizer& tk = m.tokenizer;
   if (tk.chat_template.empty())
@@ -59,10 +79,7 @@ std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const
                {"add_generation_prompt", true},
                {"bos_token", tk.bos_token},
                {"eos_token", tk.eos_token}};
-  if (!tools.is_null()) {
-    if (!tools.is_array()) bad("tools", "'tools' must be an array", "invalid_type");
-    vars["tools"] = tools;
-  }
+  if (!tools.is_null()) vars["tools"] = tools;
   if (extra.is_object())
     for (auto& [k, v] : extra.items()) vars[k] = v;
   std::string text;

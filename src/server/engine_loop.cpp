@@ -4,8 +4,8 @@
 
 namespace wick::server {
 
-EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics)
-    : cfg_(cfg), max_queue_(max_queue), metrics_(metrics) {
+EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool)
+    : cfg_(cfg), max_queue_(max_queue), metrics_(metrics), pool_(pool) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -44,11 +44,97 @@ EngineGauges EngineLoop::gauges() const {
   return gauges_;
 }
 
+size_t EngineLoop::n_engines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return n_engines_;
+}
+
 Engine& EngineLoop::engine_for(const std::shared_ptr<const LoadedModel>& m) {
   auto it = engines_.find(m.get());
-  if (it == engines_.end())
-    it = engines_.emplace(m.get(), std::make_pair(m, std::make_unique<Engine>(m, cfg_))).first;
-  return *it->second.second;
+  if (it == engines_.end()) it = engines_.emplace(m.get(), std::make_unique<Engine>(m, cfg_)).first;
+  return *it->second;
+}
+
+void EngineLoop::release_slot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  --n_in_flight_;
+}
+
+void EngineLoop::add_jobs(std::deque<Job>& jobs) {
+  for (auto& j : jobs) {
+    auto ch = j.ch;
+    auto start = std::chrono::steady_clock::now();
+    auto last = std::make_shared<std::chrono::steady_clock::time_point>(start);
+    StreamCallbacks cb;
+    cb.on_text = [this, ch, last](std::string_view t) {
+      auto now = std::chrono::steady_clock::now();
+      metrics_.inter_token.observe(std::chrono::duration<double>(now - *last).count());
+      *last = now;
+      ch->push(Event{std::string(t), std::nullopt, ""});
+      return !ch->cancelled.load();
+    };
+    cb.on_done = [this, ch](const GenerateResult& r) {
+      metrics_.add_tokens(uint64_t(r.n_prompt), r.tokens.size());
+      if (!r.tokens.empty()) metrics_.ttft.observe(r.ttft_ms / 1e3);
+      live_.erase(ch.get());
+      ch->finished = true;
+      release_slot();
+      ch->push(Event{"", r, r.stop_reason.rfind("error", 0) == 0 ? r.stop_reason : ""});
+    };
+    try {
+      Engine& e = engine_for(j.model);
+      const int64_t id = e.add_request(j.req, cb);
+      if (!ch->finished) live_[ch.get()] = {&e, id};
+      if (ch->cancelled) e.cancel(id);
+    } catch (const GenerateError& ex) {  // the request's fault: a 400
+      release_slot();
+      ch->push(Event{"", std::nullopt, ex.what()});
+    } catch (const std::exception& ex) {  // wick's (an engine that cannot start): a 500
+      release_slot();
+      GenerateResult r{.stop_reason = std::string("error: ") + ex.what(), .internal_error = true};
+      ch->push(Event{"", r, r.stop_reason});
+    }
+  }
+}
+
+void EngineLoop::step_engines() {
+  for (auto& [k, e] : engines_) {
+    try {
+      e->step();  // a failing forward pass fails its own requests inside
+    } catch (const std::exception& ex) {
+      // The step failed outside them (in scheduling): nothing says which
+      // request caused it, and a retry would fail alike, so end them all.
+      spdlog::error("engine step failed: {}", ex.what());
+      e->abort_all(std::string("engine step failed: ") + ex.what());
+    }
+  }
+}
+
+void EngineLoop::free_evicted_engines() {
+  for (auto it = engines_.begin(); it != engines_.end();) {
+    const Engine& e = *it->second;
+    if (e.n_running() + e.n_waiting() == 0 && !pool_.holds(*it->first))
+      it = engines_.erase(it);  // the last reference to the model's weights goes with it
+    else
+      ++it;
+  }
+}
+
+void EngineLoop::update_gauges() {
+  EngineGauges g;
+  for (auto& [k, e] : engines_) {
+    g.running += e->n_running();
+    g.waiting += e->n_waiting();
+    g.blocks_used += e->blocks().n_used();
+    g.blocks_free += e->blocks().n_free();
+    g.hit_rate = e->blocks().hit_rate();
+    g.preemptions += e->n_preemptions();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  g.waiting += int64_t(jobs_.size());
+  g.engines = int64_t(engines_.size());
+  gauges_ = g;
+  n_engines_ = engines_.size();
 }
 
 void EngineLoop::run() {
@@ -59,7 +145,7 @@ void EngineLoop::run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       bool busy = false;
-      for (auto& [k, e] : engines_) busy |= e.second->n_running() + e.second->n_waiting() > 0;
+      for (auto& [k, e] : engines_) busy |= e->n_running() + e->n_waiting() > 0;
       if (!busy)
         cv_.wait_for(lock, std::chrono::milliseconds(200),
                      [&] { return stop_ || !jobs_.empty() || !cancels_.empty(); });
@@ -67,64 +153,14 @@ void EngineLoop::run() {
       jobs.swap(jobs_);
       cancels.swap(cancels_);
     }
-    for (auto& j : jobs) {
-      auto ch = j.ch;
-      auto start = std::chrono::steady_clock::now();
-      auto last = std::make_shared<std::chrono::steady_clock::time_point>(start);
-      StreamCallbacks cb;
-      cb.on_text = [this, ch, last](std::string_view t) {
-        auto now = std::chrono::steady_clock::now();
-        metrics_.inter_token.observe(std::chrono::duration<double>(now - *last).count());
-        *last = now;
-        ch->push(Event{std::string(t), std::nullopt, ""});
-        return !ch->cancelled.load();
-      };
-      cb.on_done = [this, ch](const GenerateResult& r) {
-        metrics_.add_tokens(uint64_t(r.n_prompt), r.tokens.size());
-        if (!r.tokens.empty()) metrics_.ttft.observe(r.ttft_ms / 1e3);
-        live_.erase(ch.get());
-        ch->finished = true;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          --n_in_flight_;
-        }
-        ch->push(Event{"", r, r.stop_reason.rfind("error", 0) == 0 ? r.stop_reason : ""});
-      };
-      try {
-        Engine& e = engine_for(j.model);
-        const int64_t id = e.add_request(j.req, cb);
-        if (!ch->finished) live_[ch.get()] = {&e, id};
-        if (ch->cancelled) e.cancel(id);
-      } catch (const std::exception& ex) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          --n_in_flight_;
-        }
-        ch->push(Event{"", std::nullopt, ex.what()});
-      }
-    }
+    add_jobs(jobs);
+    jobs.clear();  // the jobs' references to their models
     for (auto& ch : cancels)
       if (auto it = live_.find(ch.get()); it != live_.end())
         it->second.first->cancel(it->second.second);
-    for (auto& [k, e] : engines_) {
-      try {
-        e.second->step();
-      } catch (const std::exception& ex) {
-        spdlog::error("engine step failed: {}", ex.what());  // a programming error; keep serving
-      }
-    }
-    EngineGauges g;
-    for (auto& [k, e] : engines_) {
-      g.running += e.second->n_running();
-      g.waiting += e.second->n_waiting();
-      g.blocks_used += e.second->blocks().n_used();
-      g.blocks_free += e.second->blocks().n_free();
-      g.hit_rate = e.second->blocks().hit_rate();
-      g.preemptions += e.second->n_preemptions();
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    g.waiting += int64_t(jobs_.size());
-    gauges_ = g;
+    step_engines();
+    free_evicted_engines();
+    update_gauges();
   }
   alive_ = false;
 }

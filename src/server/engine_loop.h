@@ -1,5 +1,8 @@
 // The one thread that owns the engines (one per model) and their KV caches.
 // HTTP threads submit jobs and read their channels; they never touch tensors.
+// An engine lives while its model is in the pool or has requests: once the
+// pool has evicted the model and the engine is idle, the engine, its KV cache
+// and the model's weights are freed.
 #pragma once
 
 #include <condition_variable>
@@ -18,7 +21,8 @@ namespace wick::server {
 
 class EngineLoop {
  public:
-  EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics);
+  // pool: whose models keep their engines (the server's: ModelPool::global()).
+  EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool);
   ~EngineLoop();
   // false when the queue is full (the caller answers 429)
   bool submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req,
@@ -26,6 +30,7 @@ class EngineLoop {
   void cancel(const std::shared_ptr<Channel>& ch);  // frees the request's blocks within one step
   bool alive() const { return alive_; }
   EngineGauges gauges() const;
+  size_t n_engines() const;  // engines held (each with its KV cache)
 
  private:
   struct Job {
@@ -35,19 +40,24 @@ class EngineLoop {
   };
   void run();
   Engine& engine_for(const std::shared_ptr<const LoadedModel>& m);
+  void release_slot();  // one request in flight less
+  void add_jobs(std::deque<Job>& jobs);
+  void step_engines();
+  void free_evicted_engines();
+  void update_gauges();
 
   EngineConfig cfg_;
   size_t max_queue_;
   Metrics& metrics_;
+  const ModelPool& pool_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<std::shared_ptr<Channel>> cancels_;
-  std::map<const LoadedModel*,
-           std::pair<std::shared_ptr<const LoadedModel>, std::unique_ptr<Engine>>>
-      engines_;
-  std::map<const Channel*, std::pair<Engine*, int64_t>> live_;  // engine thread only
+  std::map<const LoadedModel*, std::unique_ptr<Engine>> engines_;  // the engine holds its model
+  std::map<const Channel*, std::pair<Engine*, int64_t>> live_;     // engine thread only
   size_t n_in_flight_ = 0;
+  size_t n_engines_ = 0;  // engines_.size(), for other threads
   EngineGauges gauges_;
   bool stop_ = false;
   std::atomic<bool> alive_{false};

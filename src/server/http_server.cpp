@@ -9,6 +9,9 @@
 #include <random>
 #include <set>
 
+#include "engine/model_store.h"
+#include "server/access.h"
+#include "server/connection.h"
 #include "server/engine_loop.h"
 #include "server/model_lookup.h"
 #include "server/parse_ollama.h"
@@ -23,7 +26,10 @@ namespace wick::server {
 namespace {
 
 struct Api {
-  explicit Api(const ServerConfig& c) : cfg(c), loop(c.engine, c.max_queue, metrics), sub(loop) {}
+  explicit Api(const ServerConfig& c)
+      : cfg(c),
+        loop(c.engine, c.max_queue, metrics, ModelPool::global()),
+        sub(loop, &GuardedServer::client_gone) {}
 
   ModelView view(const LoadedModel& m) const { return model_view(m, cfg.engine.n_ctx); }
 
@@ -36,7 +42,31 @@ struct Api {
 
 void send_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  // replace: a message quoting bad input never turns into a serialization error
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// Host check (403), then the API key (401); /health needs no key.
+httplib::Server::HandlerResponse check_access(const ServerConfig& cfg, const HostFilter& hosts,
+                                              const httplib::Request& req, httplib::Response& res) {
+  const std::string host = req.get_header_value("Host");
+  if (!hosts.allows(host)) {
+    send_json(res, 403,
+              openai_error(ApiError{403,
+                                    fmt::format("Host '{}' is not allowed: this server answers "
+                                                "loopback names only (see --allowed-hosts)",
+                                                host),
+                                    "permission_error", "", "host_not_allowed"}));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (cfg.api_key.empty() || req.path == "/health")
+    return httplib::Server::HandlerResponse::Unhandled;
+  if (constant_time_equal("Bearer " + cfg.api_key, req.get_header_value("Authorization")))
+    return httplib::Server::HandlerResponse::Unhandled;
+  send_json(res, 401,
+            openai_error(ApiError{401, "missing or wrong API key (Authorization: Bearer ...)",
+                                  "authentication_error", "", "invalid_api_key"}));
+  return httplib::Server::HandlerResponse::Handled;
 }
 
 // r's choices, prompt by prompt (a completions request may carry several);
@@ -220,20 +250,14 @@ int serve(const ServerConfig& cfg) {
   Api api(cfg);
   // Load the default model up front: /health reports ready once it is in.
   find_model(cfg.default_model, cfg.default_model, false);
-  httplib::Server svr;
+  GuardedServer svr(cfg.max_header_bytes);
+  const HostFilter hosts(cfg.host, cfg.allowed_hosts);
   svr.new_task_queue = [n = cfg.n_http_threads] { return new httplib::ThreadPool(size_t(n)); };
   svr.set_payload_max_length(cfg.max_body_bytes);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
-  svr.set_pre_routing_handler([&cfg](const httplib::Request& req, httplib::Response& res) {
-    if (cfg.api_key.empty() || req.path == "/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + cfg.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_json(res, 401,
-              openai_error(ApiError{401, "missing or wrong API key (Authorization: Bearer ...)",
-                                    "authentication_error", "", "invalid_api_key"}));
-    return httplib::Server::HandlerResponse::Handled;
+  svr.set_pre_routing_handler([&cfg, &hosts](const httplib::Request& req, httplib::Response& res) {
+    return check_access(cfg, hosts, req, res);
   });
   svr.set_exception_handler(
       [&api](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
@@ -249,7 +273,11 @@ int serve(const ServerConfig& cfg) {
         send_json(res, 500, openai_error(ApiError{500, msg, "server_error", "", "internal_error"}));
       });
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404 && res.body.empty())
+    if (GuardedServer::headers_too_large())
+      send_json(res, 431,
+                openai_error(ApiError{431, "the request line and headers are too large or too slow",
+                                      "invalid_request_error", "", "headers_too_large"}));
+    else if (res.status == 404 && res.body.empty())
       send_json(res, 404,
                 openai_error(ApiError{404, "no such endpoint: " + req.method + " " + req.path,
                                       "invalid_request_error", "", "not_found"}));

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -12,9 +13,13 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;  // non-empty: every API call needs "Authorization: Bearer KEY"
-  std::string default_model = "smollm2";
+  // Host header values answered besides loopback names ("*": any); on a
+  // loopback host only those are answered (against DNS rebinding).
+  std::vector<std::string> allowed_hosts;
+  std::string default_model = "smollm2";  // the operator's: a path or a stored name
   size_t max_body_bytes = 8u << 20;
-  size_t max_queue = 256;  // requests in flight before 429
+  size_t max_header_bytes = 64u << 10;  // request line and headers
+  size_t max_queue = 256;               // requests in flight before 429
   int n_http_threads = 128;
   EngineConfig engine;
 };

@@ -69,9 +69,11 @@ std::string Metrics::render(const EngineGauges& g) const {
       "prompt tokens.\n"
       "# TYPE wick_prefix_cache_hit_rate gauge\nwick_prefix_cache_hit_rate {}\n"
       "# HELP wick_preemptions_total Sequences preempted for KV blocks.\n# TYPE "
-      "wick_preemptions_total counter\nwick_preemptions_total {}\n",
+      "wick_preemptions_total counter\nwick_preemptions_total {}\n"
+      "# HELP wick_engines Engines held, one per model in use, each with its KV cache.\n# TYPE "
+      "wick_engines gauge\nwick_engines {}\n",
       prompt_tokens_.load(), generated_tokens_.load(), g.running, g.waiting, g.blocks_used,
-      g.blocks_free, g.hit_rate, g.preemptions);
+      g.blocks_free, g.hit_rate, g.preemptions, g.engines);
   return out;
 }
 

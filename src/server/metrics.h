@@ -29,6 +29,7 @@ struct EngineGauges {
   int64_t running = 0, waiting = 0, blocks_used = 0, blocks_free = 0;
   double hit_rate = 0;
   uint64_t preemptions = 0;
+  int64_t engines = 0;  // engines held, each with its KV cache
 };
 
 class Metrics {

@@ -13,7 +13,7 @@ std::shared_ptr<const LoadedModel> find_model(const std::string& name,
   std::string n = name.empty() ? default_model : name;
   if (ollama && n.size() > 7 && n.compare(n.size() - 7, 7, ":latest") == 0) n.resize(n.size() - 7);
   try {
-    auto m = ModelPool::global().get(n);
+    auto m = n == default_model ? ModelPool::global().get(n) : ModelPool::global().get_stored(n);
     if (!m->tokenizer)
       throw ApiError{400, fmt::format("model '{}' has no tokenizer", n), "invalid_request_error",
                      "model", "model_without_tokenizer"};
@@ -36,19 +36,9 @@ ModelView model_view(const LoadedModel& m, int32_t server_n_ctx) {
   return {.tokenizer = *m.tokenizer, .name = m.name, .n_ctx = request_n_ctx(m, server_n_ctx)};
 }
 
-std::vector<std::string> stored_model_names() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (auto& e : std::filesystem::directory_iterator(model_store_dir(), ec)) {
-    auto n = e.path().filename();
-    names.push_back(n.extension() == ".gguf" ? n.stem().string() : n.string());
-  }
-  return names;
-}
-
 int64_t stored_model_bytes(const std::string& name) {
   try {
-    std::string path = resolve_model(name);
+    std::string path = resolve_model_name(name);
     std::error_code ec;
     if (!std::filesystem::is_directory(path)) return int64_t(std::filesystem::file_size(path, ec));
   } catch (...) {

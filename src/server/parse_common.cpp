@@ -3,13 +3,52 @@
 #include <algorithm>
 #include <cmath>
 
+#include "text/utf8.h"
+
 namespace wick::server {
+
+namespace {
+
+// Offset of the first '[' or '{' nested deeper than max_depth (strings
+// skipped), or npos: checked before parsing, so no deep tree is ever built.
+size_t find_too_deep(std::string_view s, size_t max_depth) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
 
 void bad(const std::string& param, const std::string& msg, const std::string& code) {
   throw ApiError{400, msg, "invalid_request_error", param, code};
 }
 
 json parse_body(std::string_view body) {
+  if (const size_t at = utf8::find_invalid(body); at != std::string_view::npos)
+    bad("", fmt::format("the request body is not valid UTF-8 (byte offset {})", at),
+        "invalid_utf8");
+  if (const size_t at = find_too_deep(body, kMaxJsonDepth); at != std::string_view::npos)
+    bad("",
+        fmt::format("the request body nests deeper than {} levels (byte offset {})", kMaxJsonDepth,
+                    at),
+        "json_too_deep");
   try {
     json j = json::parse(body);
     if (!j.is_object()) bad("", "the request body must be a JSON object", "invalid_json");
@@ -60,7 +99,7 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
       break;
     }
   const int64_t lowest = spec.negative_max_tokens_is_no_limit ? -2 : 1;
-  if (asked && (*asked < lowest || *asked == 0 || *asked > (1 << 24)))
+  if (asked && (*asked < lowest || *asked == 0 || *asked > kMaxTokensAsked))
     bad(spec.param_prefix + key, spec.max_tokens_error);
   const bool no_limit = !asked || *asked < 0;
   r.max_tokens = int32_t(no_limit ? room : std::min<int64_t>(*asked, room));
@@ -75,6 +114,7 @@ std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max
   if (s.is_string()) {
     out.push_back(s);
   } else if (s.is_array()) {
+    if (s.size() > max_n) bad(key, fmt::format("'{}' takes at most {} strings", key, max_n));
     for (auto& x : s) {
       if (!x.is_string()) bad(key, type_error, "invalid_type");
       out.push_back(x);
@@ -82,9 +122,11 @@ std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max
   } else {
     bad(key, type_error, "invalid_type");
   }
-  if (out.size() > max_n) bad(key, fmt::format("'{}' takes at most {} strings", key, max_n));
-  for (auto& x : out)
+  for (auto& x : out) {
     if (x.empty()) bad(key, "stop strings must not be empty");
+    if (x.size() > kMaxStopBytes)
+      bad(key, fmt::format("stop strings take at most {} bytes", kMaxStopBytes));
+  }
   return out;
 }
 

@@ -21,6 +21,16 @@ namespace wick::server {
 
 using json = nlohmann::ordered_json;
 
+// What one request may hold, checked before the work it asks for (README,
+// "Limits"); the body's size is the server's --max-body.
+inline constexpr size_t kMaxJsonDepth = 64;   // nested arrays and objects
+inline constexpr size_t kMaxMessages = 4096;  // chat messages
+inline constexpr size_t kMaxTools = 128;      // tool definitions
+inline constexpr size_t kMaxStopBytes = 512;  // each stop string
+inline constexpr int64_t kMaxChoices = 8;     // OpenAI's n
+inline constexpr int64_t kMaxTokensAsked =
+    1 << 24;  // max_tokens, num_predict (then clamped to the context)
+
 // An error answered to the client (each API writes it in its own shape).
 struct ApiError {
   int status;
@@ -49,7 +59,8 @@ std::optional<T> field(const json& j, const char* key) {
   return it->get<T>();
 }
 
-// A request body: a JSON object, else a 400.
+// A request body: a JSON object, else a 400 (invalid UTF-8 and nesting past
+// kMaxJsonDepth name the byte offset).
 json parse_body(std::string_view body);
 
 // What a parser needs to know of the model a request names.
@@ -81,7 +92,7 @@ struct SamplingSpec {
 SamplingParams parse_sampling(const json& obj, const SamplingSpec& spec, uint64_t random_seed);
 // Sets r.max_tokens (at most room, the context left after the prompt) and r.stop.
 void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, GenerateRequest& r);
-// A string or an array of at most max_n non-empty strings.
+// A string or an array of at most max_n non-empty strings of at most kMaxStopBytes.
 std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n);
 
 }  // namespace wick::server

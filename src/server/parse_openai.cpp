@@ -87,6 +87,17 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   r.chat = chat;
   r.model = openai_model_name(b);
   GenerateRequest& g = r.gen;
+  // The cheap fields first: a bad request costs no template render or tokenization.
+  const int64_t n = field<int64_t>(b, "n").value_or(1);
+  if (n < 1 || n > kMaxChoices) bad("n", fmt::format("'n' must be in [1, {}]", kMaxChoices));
+  r.n_choices = int32_t(n);
+  r.stream = field<bool>(b, "stream").value_or(false);
+  if (b.contains("stream_options") && b["stream_options"].is_object())
+    r.usage_in_stream = field<bool>(b["stream_options"], "include_usage").value_or(false);
+  g.top_logprobs = parse_logprobs(b, chat);
+  if (g.top_logprobs >= 0 && r.stream)
+    bad("logprobs", "logprobs with stream are not supported yet", "unsupported_parameter");
+  g.sampling = parse_sampling(b, kOpenAiSampling, random_seed);
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
     g.prompt = chat_prompt(m, b["messages"], b.value("tools", json()),
@@ -110,19 +121,9 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
     }
   }
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
-  g.sampling = parse_sampling(b, kOpenAiSampling, random_seed);
   parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
-  const int64_t n = field<int64_t>(b, "n").value_or(1);
-  if (n < 1 || n > 8) bad("n", "'n' must be in [1, 8]");
-  r.n_choices = int32_t(n);
-  if ((r.more_prompts.size() + 1) * size_t(n) > kMaxPrompts)
+  if ((r.more_prompts.size() + 1) * size_t(r.n_choices) > kMaxPrompts)
     bad("n", fmt::format("prompts x n must be at most {}", kMaxPrompts));
-  r.stream = field<bool>(b, "stream").value_or(false);
-  if (b.contains("stream_options") && b["stream_options"].is_object())
-    r.usage_in_stream = field<bool>(b["stream_options"], "include_usage").value_or(false);
-  g.top_logprobs = parse_logprobs(b, chat);
-  if (g.top_logprobs >= 0 && r.stream)
-    bad("logprobs", "logprobs with stream are not supported yet", "unsupported_parameter");
   return r;
 }
 

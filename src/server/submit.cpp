@@ -26,15 +26,25 @@ Channels Submitter::submit(std::shared_ptr<const LoadedModel> m, const GenerateR
 }
 
 GenerateResult Submitter::wait_one(const std::shared_ptr<Channel>& ch) {
+  using Clock = std::chrono::steady_clock;
+  auto next_check = Clock::now();
   while (true) {
-    auto e = ch->pop(std::chrono::milliseconds(1000));
-    if (!e) {
+    auto e = ch->pop(std::chrono::milliseconds(200));
+    // every 200 ms, tokens or not: is anyone still waiting for the answer?
+    if (Clock::now() >= next_check) {
+      next_check = Clock::now() + std::chrono::milliseconds(200);
       if (!loop_.alive())
         throw ApiError{503, "the engine stopped", "server_error", "", "engine_down"};
-      continue;
+      // 499 as nginx logs it: nobody reads the answer, so stop generating it
+      if (client_gone_ && client_gone_())
+        throw ApiError{499, "the client closed the connection", "", "", "client_closed"};
     }
-    if (!e->error.empty())
+    if (!e) continue;
+    if (!e->error.empty()) {
+      if (e->done && e->done->internal_error)
+        throw ApiError{500, e->error, "server_error", "", "internal_error"};
       throw ApiError{400, e->error, "invalid_request_error", "", "generation_failed"};
+    }
     if (e->done) return *e->done;
   }
 }
@@ -63,14 +73,18 @@ bool Submitter::pump(const Channels& chans, StreamWriter& writer, httplib::DataS
     for (size_t i = 0; i < chans.size(); ++i) {
       if (done[i]) continue;
       auto e = chans[i]->pop(poll);
-      if (!sink.is_writable()) {
+      if (!sink.is_writable() || (client_gone_ && client_gone_())) {
         cancel(chans);
         return false;
       }
       if (!e) continue;
-      std::string out = e->error.empty()
-                            ? (e->done ? writer.done(i, *e->done) : writer.text(i, e->text))
-                            : writer.done(i, GenerateResult{.stop_reason = "error: " + e->error});
+      std::string out;
+      if (e->done)  // a failed result's stop reason already reads "error: ..."
+        out = writer.done(i, *e->done);
+      else if (!e->error.empty())
+        out = writer.done(i, GenerateResult{.stop_reason = "error: " + e->error});
+      else
+        out = writer.text(i, e->text);
       if (!out.empty() && !sink.write(out.data(), out.size())) {
         cancel(chans);
         return false;

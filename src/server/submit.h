@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,13 +34,16 @@ std::string finish_reason(const std::string& stop_reason);
 
 class Submitter {
  public:
-  explicit Submitter(EngineLoop& loop) : loop_(loop) {}
+  // client_gone: whether the client of the calling HTTP thread hung up.
+  Submitter(EngineLoop& loop, std::function<bool()> client_gone)
+      : loop_(loop), client_gone_(std::move(client_gone)) {}
   // Queues n_choices copies of r, choice i seeded r.sampling.seed + i. All or
   // none: a full queue cancels those already queued and throws a 429.
   Channels submit(std::shared_ptr<const LoadedModel> m, const GenerateRequest& r,
                   int32_t n_choices);
-  // Each choice's result, in order; ApiError when the engine failed one
-  // (400) or stopped (503); the other choices are then cancelled.
+  // Each choice's result, in order; ApiError when the engine refused one
+  // (400), failed it (500) or stopped (503), or when the client hung up
+  // (499, never sent); the other choices are then cancelled.
   std::vector<GenerateResult> wait(const Channels& chans);
   // Answers res with a chunked stream of the writer's output for chans.
   void respond(httplib::Response& res, const char* content_type, const Channels& chans,
@@ -52,6 +56,7 @@ class Submitter {
   bool pump(const Channels& chans, StreamWriter& writer, httplib::DataSink& sink);
 
   EngineLoop& loop_;
+  std::function<bool()> client_gone_;
 };
 
 }  // namespace wick::server

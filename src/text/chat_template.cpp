@@ -1,5 +1,8 @@
 #include "text/chat_template.h"
 
+#include <algorithm>
+#include <array>
+
 namespace wick {
 
 ChatTemplate::ChatTemplate(const std::string& source, const std::string& name)
@@ -7,6 +10,12 @@ ChatTemplate::ChatTemplate(const std::string& source, const std::string& name)
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& vars) const {
   return tmpl_.render(vars);
+}
+
+bool ChatTemplate::is_reserved(const std::string& name) {
+  static constexpr std::array<const char*, 5> kSet = {"messages", "tools", "add_generation_prompt",
+                                                      "bos_token", "eos_token"};
+  return std::find(kSet.begin(), kSet.end(), name) != kSet.end() || jinja::is_global(name);
 }
 
 }  // namespace wick

@@ -18,6 +18,10 @@ class ChatTemplate {
   // vars: messages, tools, add_generation_prompt, bos_token, eos_token and any
   // template-specific keys (enable_thinking, ...). Throws jinja::TemplateError.
   std::string render(const nlohmann::ordered_json& vars) const;
+  // The variables render's caller sets (messages, tools, add_generation_prompt,
+  // bos_token, eos_token) and the template's functions (range, raise_exception,
+  // ...): names that user-supplied template variables must not replace.
+  static bool is_reserved(const std::string& name);
 
  private:
   jinja::Template tmpl_;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <set>
 #include <unordered_map>
 
 #include "text/utf8.h"
@@ -300,7 +301,8 @@ namespace {
 
 class Parser {
  public:
-  Parser(std::vector<Tok> toks, const std::string& name) : t_(std::move(toks)), name_(name) {}
+  Parser(std::vector<Tok> toks, const std::string& name, int max_depth)
+      : t_(std::move(toks)), name_(name), max_depth_(max_depth) {}
 
   Body parse_all() {
     Body b = parse_body({});
@@ -312,6 +314,16 @@ class Parser {
   [[noreturn]] void fail(int line, const std::string& msg) const {
     throw TemplateError(fmt::format("{}: template syntax error at line {}: {}", name_, line, msg));
   }
+  // One level deeper while alive: the parser recurses, so nesting is bounded.
+  struct Nest {
+    Nest(Parser& p) : p(p) {
+      if (++p.depth_ > p.max_depth_)
+        p.fail(p.peek().line,
+               fmt::format("blocks or expressions nest deeper than {} levels", p.max_depth_));
+    }
+    ~Nest() { --p.depth_; }
+    Parser& p;
+  };
   const Tok& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
   const Tok& next() { return t_[std::min(p_++, t_.size() - 1)]; }
   bool is_op(const char* op, size_t k = 0) const { return peek(k).k == Tok::Op && peek(k).s == op; }
@@ -383,6 +395,7 @@ class Parser {
   }
 
   StmtP parse_statement(const std::string& kw, int line) {
+    Nest nest(*this);
     auto s = std::make_shared<Stmt>();
     s->line = line;
     if (kw == "if") {
@@ -512,6 +525,7 @@ class Parser {
 
   // or-expression with an optional "x if c else y" (not inside for-in).
   ExprP parse_or_cond(bool allow_cond) {
+    Nest nest(*this);
     ExprP e = parse_or();
     if (allow_cond && is_name("if")) {
       const int line = next().line;
@@ -545,6 +559,7 @@ class Parser {
     return l;
   }
   ExprP parse_not() {
+    Nest nest(*this);
     if (is_name("not")) {
       auto e = make(Expr::Not, next().line);
       e->args = {parse_not()};
@@ -612,6 +627,7 @@ class Parser {
     return l;
   }
   ExprP parse_unary() {
+    Nest nest(*this);
     if (is_op("-") || is_op("+")) {
       const Expr::K k = is_op("-") ? Expr::Neg : Expr::Pos;
       auto e = make(k, next().line);
@@ -800,15 +816,18 @@ class Parser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   const std::string& name_;
+  int max_depth_;
+  int depth_ = 0;
 };
 
 #include "text/jinja_eval.inc"
 
 }  // namespace
 
-Template::Template(const std::string& source, const std::string& name, Options opt) : name_(name) {
+Template::Template(const std::string& source, const std::string& name, Options opt)
+    : name_(name), opt_(opt) {
   Lexer lx(source, name_, opt);
-  Parser ps(lx.run(), name_);
+  Parser ps(lx.run(), name_, opt.max_depth);
   root_ = std::make_shared<Node>();
   root_->body = ps.parse_all();
 }
@@ -817,9 +836,9 @@ Template::~Template() = default;
 
 std::string Template::render(const nlohmann::ordered_json& vars,
                              const std::vector<std::pair<std::string, Value>>& globals) const {
-  Eval ev(name_);
+  Eval ev(name_, opt_);
   Eval::Scope g, top;
-  install_globals(g);
+  install_globals(g, ev);
   for (auto& [k, v] : globals) g[k] = v;
   if (vars.is_object())
     for (auto& [k, v] : vars.items()) top[k] = Value::from_json(v);
@@ -834,6 +853,19 @@ std::string Template::render(const nlohmann::ordered_json& vars,
     throw TemplateError(name_ + ": 'continue' outside a loop");
   }
   return out;
+}
+
+bool is_global(const std::string& name) {
+  static const std::set<std::string> names = [] {
+    const std::string none;
+    Eval ev(none, Template::Options{});
+    Eval::Scope g;
+    install_globals(g, ev);
+    std::set<std::string> out;
+    for (auto& [k, v] : g) out.insert(k);
+    return out;
+  }();
+  return names.count(name) > 0;
 }
 
 }  // namespace wick::jinja

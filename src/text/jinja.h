@@ -3,8 +3,12 @@
 // namespace and as a block), macro, break/continue, generation; the
 // expressions, filters, tests and string/dict methods those templates use.
 // Options as transformers renders chat templates: trim_blocks, lstrip_blocks.
+// A render is bounded (Options): its output, the strings and lists it makes,
+// its loop iterations and its nesting; past a bound it fails with a
+// TemplateError naming the line, so a template cannot hang or exhaust memory.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -82,6 +86,11 @@ class Template {
   struct Options {
     bool trim_blocks = true;
     bool lstrip_blocks = true;
+    size_t max_output_bytes = 16u << 20;  // the output, and each string made on the way
+    // Loop iterations, items walked by filters and slices, range() items and
+    // macro calls, in all; also the most items of one list.
+    int64_t max_steps = 100000;
+    int max_depth = 100;  // nested macro calls; nested blocks and expressions in the source
   };
   Template(const std::string& source, const std::string& name, Options opt);
   Template(const std::string& source, const std::string& name)
@@ -95,12 +104,19 @@ class Template {
 
  private:
   std::string name_;
+  Options opt_;
   std::shared_ptr<Node> root_;
 };
 
-// Python's str() and json.dumps (ensure_ascii=False) of a value.
+// Whether name is one of the functions every template sees (range, namespace, ...).
+bool is_global(const std::string& name);
+
+// Python's str() and json.dumps (ensure_ascii=False) of a value. to_json
+// throws TemplateError past max_bytes or 256 levels of nesting (a namespace
+// can hold itself).
 std::string to_str(const Value& v);
 std::string to_json(const Value& v, int indent = -1, bool sort_keys = false,
-                    const std::string& item_sep = "", const std::string& key_sep = ": ");
+                    const std::string& item_sep = "", const std::string& key_sep = ": ",
+                    size_t max_bytes = SIZE_MAX);
 
 }  // namespace wick::jinja

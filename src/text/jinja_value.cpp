@@ -157,10 +157,17 @@ void json_str(std::string& out, const std::string& s) {
   out += '"';
 }
 
+constexpr int kMaxJsonDepth = 256;
+
 void json_dump(std::string& out, const Value& v, int indent, bool sort_keys,
-               const std::string& item_sep, const std::string& key_sep, int depth) {
+               const std::string& item_sep, const std::string& key_sep, int depth,
+               size_t max_bytes) {
+  if (depth > kMaxJsonDepth)
+    throw TemplateError(fmt::format("tojson: nesting deeper than {} levels", kMaxJsonDepth));
+  if (out.size() > max_bytes)
+    throw TemplateError(fmt::format("tojson: the text would pass {} bytes", max_bytes));
   auto newline = [&](int d) {
-    if (indent >= 0) out += "\n" + std::string(size_t(indent * d), ' ');
+    if (indent >= 0) out.append(1, '\n').append(size_t(indent) * size_t(d), ' ');
   };
   switch (v.kind) {
     case Value::Undefined:
@@ -190,7 +197,7 @@ void json_dump(std::string& out, const Value& v, int indent, bool sort_keys,
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += item_sep;
         newline(depth + 1);
-        json_dump(out, (*v.list)[k], indent, sort_keys, item_sep, key_sep, depth + 1);
+        json_dump(out, (*v.list)[k], indent, sort_keys, item_sep, key_sep, depth + 1, max_bytes);
       }
       newline(depth);
       out += ']';
@@ -210,7 +217,8 @@ void json_dump(std::string& out, const Value& v, int indent, bool sort_keys,
         newline(depth + 1);
         json_str(out, items[k]->first);
         out += key_sep;
-        json_dump(out, items[k]->second, indent, sort_keys, item_sep, key_sep, depth + 1);
+        json_dump(out, items[k]->second, indent, sort_keys, item_sep, key_sep, depth + 1,
+                  max_bytes);
       }
       newline(depth);
       out += '}';
@@ -256,10 +264,12 @@ std::string to_str(const Value& v) {
 }
 
 std::string to_json(const Value& v, int indent, bool sort_keys, const std::string& item_sep,
-                    const std::string& key_sep) {
+                    const std::string& key_sep, size_t max_bytes) {
   std::string out;
   json_dump(out, v, indent, sort_keys, item_sep.empty() ? (indent >= 0 ? "," : ", ") : item_sep,
-            key_sep, 0);
+            key_sep, 0, max_bytes);
+  if (out.size() > max_bytes)
+    throw TemplateError(fmt::format("tojson: the text would pass {} bytes", max_bytes));
   return out;
 }
 

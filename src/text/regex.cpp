@@ -7,17 +7,24 @@
 
 namespace wick {
 
-Regex::Regex(const std::string& pattern) {
+namespace {
+
+std::string error_message(int err) {
+  PCRE2_UCHAR msg[256];
+  pcre2_get_error_message(err, msg, sizeof msg);
+  return reinterpret_cast<char*>(msg);
+}
+
+}  // namespace
+
+Regex::Regex(const std::string& pattern, RegexLimits limits) : pattern_(pattern), limits_(limits) {
   int err = 0;
   PCRE2_SIZE off = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                         PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &off, nullptr);
-  if (!code_) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(err, msg, sizeof msg);
+  if (!code_)
     throw std::runtime_error("regex '" + pattern + "' at offset " + std::to_string(off) + ": " +
-                             reinterpret_cast<char*>(msg));
-  }
+                             error_message(err));
   pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
 }
 
@@ -27,11 +34,22 @@ Regex::~Regex() {
 
 void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const {
   thread_local pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  thread_local pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+  // JIT code ignores the depth and heap limits: its stack is its bound
+  thread_local pcre2_jit_stack* jit_stack =
+      pcre2_jit_stack_create(32 << 10, size_t(limits_.heap_kib) << 10, nullptr);
+  pcre2_jit_stack_assign(mc, nullptr, jit_stack);
+  pcre2_set_match_limit(mc, limits_.match);
+  pcre2_set_depth_limit(mc, limits_.depth);
+  pcre2_set_heap_limit(mc, limits_.heap_kib);
   auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t start = 0;
   while (start <= s.size()) {
-    int rc = pcre2_match(code_, subject, s.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
-    if (rc < 0) break;
+    int rc = pcre2_match(code_, subject, s.size(), start, PCRE2_NO_UTF_CHECK, md, mc);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0)  // a limit, or a bad subject: never a silent end of the matches
+      throw std::runtime_error("regex '" + pattern_ + "' on " + std::to_string(s.size()) +
+                               " bytes: " + error_message(rc));
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];
     if (e == b) {  // empty match: step one character on

@@ -1,6 +1,10 @@
 // A compiled PCRE2 pattern (UTF + Unicode properties, JIT where available).
+// Patterns come from tokenizer files, so every match runs under PCRE2's
+// match, depth and heap limits: a pattern that backtracks without end fails
+// with an error naming it instead of hanging the thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -11,16 +15,26 @@ struct pcre2_real_match_data_8;
 
 namespace wick {
 
+struct RegexLimits {
+  uint32_t match = 10'000'000;   // backtracking steps of one match
+  uint32_t depth = 100'000;      // nested backtracking points
+  uint32_t heap_kib = 64 << 10;  // backtracking memory
+};
+
 class Regex {
  public:
-  explicit Regex(const std::string& pattern);  // throws std::runtime_error naming the pattern
+  // throws std::runtime_error naming the pattern
+  explicit Regex(const std::string& pattern, RegexLimits limits = {});
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
-  // Non-overlapping matches in s as (begin, end) byte offsets; s must be valid UTF-8.
+  // Non-overlapping matches in s as (begin, end) byte offsets; s must be
+  // valid UTF-8. Throws std::runtime_error when a limit is hit.
   void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
 
  private:
+  std::string pattern_;
+  RegexLimits limits_;
   pcre2_real_code_8* code_ = nullptr;
 };
 

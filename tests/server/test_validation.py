@@ -59,6 +59,14 @@ MSG = [{"role": "user", "content": "hi"}]
     ("/api/chat", {"model": "smollm2", "messages": []}, 400, "must not be empty"),
     ("/api/chat", {"model": "nope", "messages": MSG}, 404, "does not exist"),
     ("/api/show", {"model": "nope"}, 404, "does not exist"),
+    ("/v1/chat/completions", {"messages": MSG, "chat_template_kwargs": {"messages": []}}, 400,
+     "param=chat_template_kwargs"),
+    ("/v1/chat/completions", {"messages": MSG, "chat_template_kwargs": {"add_generation_prompt": False}}, 400,
+     "is reserved"),
+    ("/v1/chat/completions", {"messages": MSG * 4097}, 400, "at most 4096 messages"),
+    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}] * 129}, 400, "at most 128 tools"),
+    ("/v1/chat/completions", {"messages": MSG, "stop": ["x" * 513]}, 400, "at most 512 bytes"),
+    ("/api/generate", {"model": "smollm2", "prompt": "hi", "options": {"stop": ["x" * 513]}}, 400, "at most 512 bytes"),
 ])
 def test_validation(server, path, body, status, needle):
     r = post(server, path, body)
@@ -82,6 +90,8 @@ def test_api_key():
         body = {"messages": MSG, "max_tokens": 2}
         assert post(s, "/v1/chat/completions", body).status_code == 401
         assert post(s, "/v1/chat/completions", body, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        for near in ("Bearer sekreT", "Bearer sekret2", "Bearer sekre", "sekret", "Bearer sekretsekret"):
+            assert post(s, "/v1/chat/completions", body, headers={"Authorization": near}).status_code == 401
         assert post(s, "/v1/chat/completions", body, headers={"Authorization": "Bearer sekret"}).status_code == 200
         assert requests.get(s.url + "/health", timeout=5).status_code == 200
     finally:
