@@ -45,7 +45,44 @@ RunnerLimits runner_limits(const EngineConfig& cfg, int32_t n_blocks) {
   l.n_ctx = cfg.n_ctx;
   l.max_tokens = cfg.reserve_scratch ? cfg.max_batch_tokens : 0;
   l.max_logit_rows = cfg.max_seqs;
+  l.pre_rope = cfg.span_cache;
   return l;
+}
+
+// Positions of a span layout: text as it comes; each span starts a block
+// and the text after it starts the next, the slots between left empty
+// (kHole). The spans' positions and each block's valid slots are recorded.
+void lay_out_spans(const GenerateRequest& req, int32_t bs, Sequence& s) {
+  std::vector<int32_t>& t = s.tokens;
+  t.clear();
+  auto pad = [&] {
+    while (t.size() % size_t(bs)) t.push_back(kHole);
+  };
+  int32_t at = 0;
+  for (const auto& [b, e] : req.spans) {
+    t.insert(t.end(), req.prompt.begin() + at, req.prompt.begin() + b);
+    pad();
+    Sequence::Span sp;
+    sp.pos = int32_t(t.size());
+    sp.tokens.assign(req.prompt.begin() + b, req.prompt.begin() + e);
+    s.spans.push_back(std::move(sp));
+    t.insert(t.end(), req.prompt.begin() + b, req.prompt.begin() + e);
+    pad();
+    at = e;
+  }
+  t.insert(t.end(), req.prompt.begin() + at, req.prompt.end());
+  s.commit_limit = s.spans.front().pos;
+  for (size_t blk = 0; blk * size_t(bs) < t.size(); ++blk) {
+    int32_t begin = bs, end = 0;
+    for (int32_t i = 0; i < bs; ++i) {
+      const size_t pos = blk * size_t(bs) + size_t(i);
+      if (pos >= t.size() || t[pos] != kHole) {  // positions to come are valid
+        begin = std::min(begin, i);
+        end = i + 1;
+      }
+    }
+    s.fills.push_back({std::min(begin, end), end});
+  }
 }
 
 }  // namespace
@@ -86,8 +123,17 @@ int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   s->req = req;
   s->cb = std::move(cb);
   s->tokens = prompt;
-  s->n_prompt = int32_t(prompt.size());
+  if (cfg_.span_cache && !req.spans.empty()) {
+    lay_out_spans(req, cfg_.block_size, *s);
+    s->span_recompute = req.span_recompute >= 0 ? req.span_recompute : cfg_.span_recompute;
+    if (int32_t(s->tokens.size()) >= cfg_.n_ctx)
+      throw GenerateError(fmt::format(
+          "the prompt's span layout takes {} positions but the context holds {}",
+          s->tokens.size(), cfg_.n_ctx));
+  }
+  s->n_prompt = int32_t(s->tokens.size());
   output_.start(*s);
+  s->result.n_prompt = int32_t(prompt.size());  // tokens, not positions
   const int64_t id = s->id;
   if (req.max_tokens == 0)
     output_.finish(*s, "length");
@@ -109,6 +155,7 @@ bool Engine::step() {
     return true;
   }
   if (plan.seqs.empty()) return scheduler_.has_work();
+  runner_.copy_blocks(plan.copies);
   runner_.run(plan.seqs);
   scheduler_.update(plan);
   for (Sequence* s : output_.update(plan.sampling(), runner_)) {

@@ -29,6 +29,10 @@ struct EngineConfig {
   // Activation buffers sized for max_batch_tokens up front (a server: no
   // allocation under load); false grows them as steps need (a session).
   bool reserve_scratch = true;
+  // The span cache: keys kept before RoPE, so that a request's independent
+  // spans (GenerateRequest::spans) are computed once and reused anywhere.
+  bool span_cache = false;
+  int32_t span_recompute = 16;  // default tokens recomputed at the start of each reused span
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 

@@ -24,6 +24,14 @@ struct GenerateRequest {
   bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
   bool keep_first_logits = false;  // return the logits the first token was sampled from
   int32_t top_logprobs = -1;  // -1 off, else log-probabilities of each chosen token and the top N
+  // Independent spans of the prompt: [begin, end) token ranges, sorted and
+  // apart, none reaching the prompt's last token (documents, tool outputs,
+  // examples). With the engine's span cache each is computed once as if it
+  // stood alone and reused wherever it appears; without it they are ignored.
+  std::vector<std::pair<int32_t, int32_t>> spans;
+  // Tokens at the start of each reused span recomputed with attention over
+  // everything before them (quality repair); -1: the engine's default.
+  int32_t span_recompute = -1;
 };
 
 struct TokenLogprob {
@@ -46,6 +54,8 @@ struct GenerateResult {
   double decode_tok_s = 0;          // tokens after the first, per second
   std::vector<float> first_logits;  // with keep_first_logits
   std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0, one per generated token
+  // span cache: spans found cached, spans computed, span tokens reused and recomputed
+  int32_t n_span_hits = 0, n_span_misses = 0, n_span_reused = 0, n_span_recomputed = 0;
 };
 
 struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)

@@ -6,6 +6,13 @@
 // starts from the longest verified prefix of cached blocks. When blocks run
 // out the newest running sequence is preempted: its blocks are freed and it
 // is recomputed (prompt and what it generated) when admitted again.
+//
+// Span layouts (the span cache): when a sequence reaches a span, the span's
+// blocks are taken from the span cache (verified, shared by reference) or,
+// on a miss, a span job computes the span alone and hands its blocks over;
+// the sequence waits meanwhile. The first span_recompute tokens of the span
+// then go into private copies of its first blocks and are computed again
+// with attention over everything before them; the rest is skipped.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +34,9 @@ struct ScheduledSeq {
 struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;      // in batch order; logits rows follow the sampling ones
   std::unique_ptr<Sequence> rejected;  // fits the cache not even alone (removed, blocks freed)
+  // KV blocks to copy (source, destination) before the step runs; the
+  // sources are released after it (update)
+  std::vector<std::pair<int32_t, int32_t>> copies;
   std::vector<Sequence*> sampling() const;
 };
 
@@ -49,7 +59,7 @@ class Scheduler {
   // After the forward pass: counts move on, newly full blocks enter the prefix cache.
   void update(const SchedulerOutput& plan);
 
-  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !jobs_.empty(); }
   int32_t n_running() const { return int32_t(running_.size()); }
   int32_t n_waiting() const { return int32_t(waiting_.size()); }
   uint64_t n_preemptions() const { return n_preemptions_; }
@@ -62,11 +72,18 @@ class Scheduler {
   void preempt(Sequence& s);
   void free_blocks(Sequence& s);
   void commit_full_blocks(Sequence& s);
+  // Places the spans s has reached; false while one waits for its job.
+  bool place_spans(Sequence& s, SchedulerOutput& out);
+  void start_job(Sequence& s, size_t span);
+  void drop_span_state(Sequence& s);  // jobs, handed-over blocks, placement
+  // Takes parent's span jobs out of this step's plan (before it is preempted).
+  void unschedule_jobs(Sequence& parent, SchedulerOutput& out, int32_t& budget);
 
   BlockPool pool_;
   SchedulerLimits lim_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::unique_ptr<Sequence>> jobs_;  // span jobs, prefill only
   uint64_t n_preemptions_ = 0;
 };
 
