@@ -113,24 +113,27 @@ Engine::~Engine() = default;
 
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   validate_request(req, int32_t(model_->config().n_vocab));
+  if (!req.spans.empty() && !cfg_.span_cache)
+    throw GenerateError("spans need the engine's span cache (span_cache, --span-cache)");
   const std::vector<int32_t> prompt = fit_prompt(req, cfg_.n_ctx);
-  const int32_t need = int32_t(prompt.size()) / cfg_.block_size + 1;
-  if (need > scheduler_.blocks().n_blocks())
-    throw GenerateError(fmt::format("the prompt needs {} KV blocks but the cache has {}", need,
-                                    scheduler_.blocks().n_blocks()));
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
   s->cb = std::move(cb);
   s->tokens = prompt;
-  if (cfg_.span_cache && !req.spans.empty()) {
+  if (!req.spans.empty()) {
     lay_out_spans(req, cfg_.block_size, *s);
     s->span_recompute = req.span_recompute >= 0 ? req.span_recompute : cfg_.span_recompute;
     if (int32_t(s->tokens.size()) >= cfg_.n_ctx)
       throw GenerateError(fmt::format(
-          "the prompt's span layout takes {} positions but the context holds {}",
-          s->tokens.size(), cfg_.n_ctx));
+          "the prompt's span layout takes {} positions (spans start blocks of {}) but the "
+          "context holds {}",
+          s->tokens.size(), cfg_.block_size, cfg_.n_ctx));
   }
+  const int32_t need = int32_t(s->tokens.size()) / cfg_.block_size + 1;
+  if (need > scheduler_.blocks().n_blocks())
+    throw GenerateError(fmt::format("the prompt needs {} KV blocks but the cache has {}", need,
+                                    scheduler_.blocks().n_blocks()));
   s->n_prompt = int32_t(s->tokens.size());
   output_.start(*s);
   s->result.n_prompt = int32_t(prompt.size());  // tokens, not positions

@@ -32,7 +32,7 @@ struct EngineConfig {
   // The span cache: keys kept before RoPE, so that a request's independent
   // spans (GenerateRequest::spans) are computed once and reused anywhere.
   bool span_cache = false;
-  int32_t span_recompute = 16;  // default tokens recomputed at the start of each reused span
+  int32_t span_recompute = 16;     // tokens computed again at the start of each span (default)
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 

@@ -69,7 +69,8 @@ void ModelRunner::run(std::span<const ScheduledSeq> seqs) {
     batch_.block_tables[k] = s.block_table;
     if (!s.fills.empty()) {  // span layouts: holes (blocks past the layout are full)
       auto& f = batch_.block_fills[k];
-      f.assign(s.fills.begin(), s.fills.begin() + long(std::min(s.fills.size(), s.block_table.size())));
+      f.assign(s.fills.begin(),
+               s.fills.begin() + long(std::min(s.fills.size(), s.block_table.size())));
     }
     for (int32_t i = 0; i < seqs[k].n_tokens; ++i) {
       const int32_t pos = s.n_computed + i;

@@ -7,12 +7,16 @@
 // out the newest running sequence is preempted: its blocks are freed and it
 // is recomputed (prompt and what it generated) when admitted again.
 //
-// Span layouts (the span cache): when a sequence reaches a span, the span's
-// blocks are taken from the span cache (verified, shared by reference) or,
-// on a miss, a span job computes the span alone and hands its blocks over;
-// the sequence waits meanwhile. The first span_recompute tokens of the span
-// then go into private copies of its first blocks and are computed again
-// with attention over everything before them; the rest is skipped.
+// Span layouts (the span cache): once admitted, a sequence holds each of
+// its spans' blocks from the span cache (verified, shared by reference) or,
+// on a miss, starts a span job that computes the span alone (one job per
+// distinct span at a time: others wait for its blocks to be cached) and
+// hands its blocks over. Jobs run first, in the same steps as sequences.
+// When the sequence reaches a span it waits for those blocks, puts them in
+// its block table, and computes the first span_recompute tokens again, with
+// attention over everything before them, into private copies of their
+// blocks; the rest of the span is skipped. A step in which nothing can run
+// (jobs or copies found no blocks) preempts the newest sequence.
 #pragma once
 
 #include <cstdint>
@@ -72,12 +76,15 @@ class Scheduler {
   void preempt(Sequence& s);
   void free_blocks(Sequence& s);
   void commit_full_blocks(Sequence& s);
-  // Places the spans s has reached; false while one waits for its job.
-  bool place_spans(Sequence& s, SchedulerOutput& out);
+  // Finds or starts the blocks of the spans s has not placed yet.
+  void resolve_spans(Sequence& s);
+  // Places the spans s has reached; false while one waits (for its blocks,
+  // or for free blocks to copy into).
+  bool place_spans(Sequence& s);
+  bool place_span(Sequence& s, Sequence::Span& sp);
   void start_job(Sequence& s, size_t span);
-  void drop_span_state(Sequence& s);  // jobs, handed-over blocks, placement
-  // Takes parent's span jobs out of this step's plan (before it is preempted).
-  void unschedule_jobs(Sequence& parent, SchedulerOutput& out, int32_t& budget);
+  bool job_computes(const std::vector<int32_t>& tokens) const;
+  void drop_span_state(Sequence& s);  // jobs, held blocks, placement
 
   BlockPool pool_;
   SchedulerLimits lim_;
@@ -85,6 +92,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<std::unique_ptr<Sequence>> jobs_;  // span jobs, prefill only
   uint64_t n_preemptions_ = 0;
+  bool short_of_blocks_ = false;  // this step: a span job or a span's copies found no blocks
 };
 
 }  // namespace wick

@@ -36,14 +36,17 @@ struct Sequence {
   struct Span {
     int32_t pos = 0;              // first position; a multiple of the block size
     std::vector<int32_t> tokens;  // the span's tokens
-    std::vector<int32_t> ready;   // blocks a finished job hands over (referenced)
+    // its blocks once known (referenced, so they stay while the sequence
+    // waits to reach the span): found in the span cache, or a job's
+    std::vector<int32_t> ready;
+    bool hit = false;  // ready came from the span cache
     bool job_running = false;
   };
-  std::vector<Span> spans;           // in position order
-  size_t next_span = 0;              // the first span not placed in the block table yet
+  std::vector<Span> spans;               // in position order
+  size_t next_span = 0;                  // the first span not placed in the block table yet
   int32_t skip_from = -1, skip_to = -1;  // placed span: positions [from, to) are cached
-  int32_t commit_limit = INT32_MAX;  // blocks past this position stay out of the prefix cache
-  int32_t span_recompute = 0;        // tokens recomputed at the start of each reused span
+  int32_t commit_limit = INT32_MAX;      // blocks past this position stay out of the prefix cache
+  int32_t span_recompute = 0;            // tokens recomputed at the start of each placed span
   std::vector<std::pair<int32_t, int32_t>> fills;  // per block: valid slots (empty: all full)
   // KV blocks to copy (shared span block, private copy) before this sequence
   // next runs; the shared ones stay referenced until then

@@ -103,9 +103,9 @@ std::vector<int32_t> BlockPool::match_span(std::span<const int32_t> tokens) {
     auto chunk = tokens.subspan(start, std::min(size_t(block_size_), tokens.size() - start));
     const uint64_t h = chain_hash(parent, chunk);
     auto it = by_hash_.find(h);
-    const bool hit = it != by_hash_.end() &&
-                     std::equal(chunk.begin(), chunk.end(), blocks_[size_t(it->second)].tokens.begin(),
-                                blocks_[size_t(it->second)].tokens.end());
+    const bool hit = it != by_hash_.end() && std::equal(chunk.begin(), chunk.end(),
+                                                        blocks_[size_t(it->second)].tokens.begin(),
+                                                        blocks_[size_t(it->second)].tokens.end());
     if (!hit) {  // all or nothing
       for (int32_t b : out) release(b);
       return {};
