@@ -188,18 +188,24 @@ std::vector<float> hand_built(const Model& m, const Tokens& prefix, const std::v
 
 // The engine gives the hand-built layout's logits: spans of 20 and 9 tokens
 // after a 5-token prefix (holes after each), with 0, 4 (part of a block) and
-// 20 (whole spans) tokens computed again.
+// 20 (whole spans) tokens computed again; and one document twice (one job,
+// then a hit on its blocks, shared at two places of one table).
 TEST_P(SpanEngineArch, EqualsTheLayoutBuiltByHand) {
-  const Tokens prefix = random(5), question = random(3);
-  const std::vector<Tokens> docs{random(20), random(9)};
-  for (int32_t k : {0, 4, 20}) {
-    Engine e(m_, span_config());
-    const auto got = run_one(e, span_request(prefix, docs, question, k));
-    const auto want = hand_built(*m_->model, prefix, docs, question, k);
-    const double err = rel_err(got.first_logits, want);
-    EXPECT_LT(err, 1e-5) << "k " << k;
-    EXPECT_EQ(got.n_span_recomputed, std::min(k, 20) + std::min(k, 9)) << "k " << k;
-    EXPECT_EQ(got.n_prefilled, 5 + 29 + got.n_span_recomputed + 3) << "k " << k;
+  const Tokens prefix = random(5), question = random(3), twice = random(18);
+  for (const auto& docs : {std::vector<Tokens>{random(20), random(9)}, {twice, twice}}) {
+    const bool dup = docs[0] == docs[1];
+    for (int32_t k : {0, 4, 20}) {
+      Engine e(m_, span_config());
+      const auto got = run_one(e, span_request(prefix, docs, question, k));
+      const auto want = hand_built(*m_->model, prefix, docs, question, k);
+      const std::string what = std::string(dup ? "twice" : "two") + ", k " + std::to_string(k);
+      EXPECT_LT(rel_err(got.first_logits, want), 1e-5) << what;
+      const int32_t n0 = int32_t(docs[0].size()), n1 = int32_t(docs[1].size());
+      EXPECT_EQ(got.n_span_misses, dup ? 1 : 2) << what;
+      EXPECT_EQ(got.n_span_hits, dup ? 1 : 0) << what;
+      EXPECT_EQ(got.n_span_recomputed, std::min(k, n0) + std::min(k, n1)) << what;
+      EXPECT_EQ(got.n_prefilled, 5 + n0 + (dup ? 0 : n1) + got.n_span_recomputed + 3) << what;
+    }
   }
 }
 
@@ -462,8 +468,10 @@ std::shared_ptr<const LoadedModel> default_model() {
 }
 
 // The chat prompt of a question over documents, the documents as spans.
-SpanPrompt chat_span_prompt(const LoadedModel& m, const std::vector<std::string>& docs,
+SpanPrompt chat_span_prompt(const LoadedModel& m, const std::vector<std::string>& texts,
                             const std::string& question) {
+  std::vector<std::string> docs;
+  for (const auto& t : texts) docs.push_back(span_document(t));
   ChatTemplate t(m.tokenizer->chat_template, "smollm2");
   const auto messages = nlohmann::ordered_json::array(
       {{{"role", "user"}, {"content", span_message(docs.size(), question)}}});

@@ -127,7 +127,7 @@ std::string read_text_file(const std::string& path) {
 SpanPrompt span_prompt(const LoadedModel& m, const std::vector<std::string>& span_files,
                        const std::string& question, bool raw) {
   std::vector<std::string> docs;
-  for (const auto& f : span_files) docs.push_back(read_text_file(f));
+  for (const auto& f : span_files) docs.push_back(span_document(read_text_file(f)));
   const std::string text = span_message(docs.size(), question);
   const std::string prompt =
       raw ? text

@@ -12,8 +12,12 @@ std::string span_placeholder(size_t i) {
 
 std::string span_message(size_t n_docs, std::string_view question) {
   std::string out;
-  for (size_t i = 0; i < n_docs; ++i) out += span_placeholder(i) + "\n\n";
+  for (size_t i = 0; i < n_docs; ++i) out += span_placeholder(i);
   return out + std::string(question);
+}
+
+std::string span_document(std::string_view text) {
+  return std::string(text) + "\n\n";
 }
 
 SpanPrompt tokenize_span_prompt(const Tokenizer& tk, std::string_view text,

@@ -23,8 +23,12 @@ struct SpanPrompt {
 // The text that stands for document i until the prompt is tokenized.
 std::string span_placeholder(size_t i);
 // A user message asking `question` about n_docs documents: their
-// placeholders, then the question, apart by blank lines.
+// placeholders, then the question.
 std::string span_message(size_t n_docs, std::string_view question);
+// A document as a span of such a message: its text and the blank line that
+// parts it from what follows. The separator belongs to the span, so that no
+// text stands between spans (text after a span starts a KV block of its own).
+std::string span_document(std::string_view text);
 // The ids of `text`, in which span_placeholder(0), (1), ... each appear
 // once and in order, with docs[i] in place of placeholder i. The text around
 // the documents is tokenized with `opt` (BOS/EOS, add_special, only where
