@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <ranges>
@@ -11,6 +12,7 @@
 #include "cli/device_options.h"
 #include "engine/model_pool.h"
 #include "engine/session.h"
+#include "engine/span_prompt.h"
 #include "server/http_server.h"
 #include "server/parse_common.h"
 #include "text/chat_template.h"
@@ -101,20 +103,50 @@ std::string render_chat(const LoadedModel& m, const nlohmann::ordered_json& mess
                    {"eos_token", tk.eos_token}});
 }
 
+// A rendered template carries its own special tokens (and BOS where the
+// template writes it); raw text gets the tokenizer's BOS/EOS rule.
+EncodeOptions prompt_encoding(bool templated) {
+  return {.add_special = !templated, .parse_special = templated};
+}
+
 std::vector<int32_t> encode_prompt(const LoadedModel& m, const std::string& text, bool templated) {
-  // A rendered template carries its own special tokens (and BOS where the
-  // template writes it); raw text gets the tokenizer's BOS/EOS rule.
-  return m.tokenizer->encode(text, {.add_special = !templated, .parse_special = templated});
+  return m.tokenizer->encode(text, prompt_encoding(templated));
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(fmt::format("cannot read {}", path));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty()) throw std::runtime_error(fmt::format("--span {}: the file is empty", path));
+  return text;
+}
+
+// The question over the documents in span_files, each a span of the prompt:
+// one user message (the documents, then the question) in the chat template,
+// or, raw, the same text alone.
+SpanPrompt span_prompt(const LoadedModel& m, const std::vector<std::string>& span_files,
+                       const std::string& question, bool raw) {
+  std::vector<std::string> docs;
+  for (const auto& f : span_files) docs.push_back(span_document(read_text_file(f)));
+  const std::string text = span_message(docs.size(), question);
+  const std::string prompt =
+      raw ? text
+          : render_chat(m, nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}));
+  return tokenize_span_prompt(*m.tokenizer, prompt, docs, prompt_encoding(!raw));
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "Generate a continuation of one prompt");
+  auto* cmd = app.add_subcommand(
+      "generate",
+      "Generate a continuation of one prompt (--span FILE: documents computed alone and cached)");
   static GenOptions o;
   static std::string prompt, prompt_ids;
   static bool raw = false, as_json = false, truncate = false;
-  static int32_t n_logprobs = -1;
+  static int32_t n_logprobs = -1, span_recompute = 16;
+  static std::vector<std::string> span_files;
   cmd->add_option("--model,-m", o.model,
                   "a .gguf, a HF folder, or a stored model name (default: smollm2)")
       ->default_val("smollm2");
@@ -128,13 +160,25 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--logprobs", n_logprobs,
                   "with --json: the log-probability of each token and of the N most likely")
       ->check(CLI::Range(0, 20));
+  cmd->add_option("--span", span_files,
+                  "a file holding one document (repeatable): the documents come before the "
+                  "question --prompt, each computed as if alone and kept in the span cache "
+                  "(turned on), so that it is reused in any order")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--span-recompute", span_recompute,
+                  "tokens at the start of each span computed again with attention over what "
+                  "precedes them (default 16)")
+      ->check(CLI::Range(0, 1 << 24));
   add_gen_options(cmd, o);
   add_device_options(cmd);
   cmd->callback([] {
     if (prompt.empty() && prompt_ids.empty())
       throw std::runtime_error("give --prompt or --prompt-ids");
+    if (!span_files.empty() && prompt.empty())
+      throw std::runtime_error("--span needs the question as --prompt text");
     auto m = load_with_progress(o.model);
     std::vector<int32_t> ids;
+    std::vector<std::pair<int32_t, int32_t>> spans;
     if (!prompt_ids.empty()) {
       for (auto part : std::views::split(prompt_ids, ',')) {
         std::string s(part.begin(), part.end());
@@ -149,14 +193,21 @@ void register_generate(CLI::App& app) {
         throw std::runtime_error(m->name + ": the model has no tokenizer (use --prompt-ids)");
       std::string text =
           prompt == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : prompt;
-      ids = raw ? encode_prompt(*m, text, false)
-                : encode_prompt(*m,
-                                render_chat(*m, nlohmann::ordered_json::array(
-                                                    {{{"role", "user"}, {"content", text}}})),
-                                true);
+      if (!span_files.empty()) {
+        auto sp = span_prompt(*m, span_files, text, raw);
+        ids = std::move(sp.ids);
+        spans = std::move(sp.spans);
+      } else {
+        ids = raw ? encode_prompt(*m, text, false)
+                  : encode_prompt(*m,
+                                  render_chat(*m, nlohmann::ordered_json::array(
+                                                      {{{"role", "user"}, {"content", text}}})),
+                                  true);
+      }
     }
-    Session s(m, o.ctx_size);
+    Session s(m, o.ctx_size, !spans.empty(), span_recompute);
     GenerateRequest req = make_request(o, ids);
+    req.spans = spans;
     req.truncate = truncate;
     req.top_logprobs = n_logprobs;
     auto res = s.generate(req, [](std::string_view t) {
@@ -175,6 +226,14 @@ void register_generate(CLI::App& app) {
                   {"ttft_ms", res.ttft_ms},
                   {"prefill_tok_s", res.prefill_tok_s},
                   {"decode_tok_s", res.decode_tok_s}};
+      if (!spans.empty()) {
+        out["reused_tokens"] = res.n_reused;
+        out["computed_tokens"] = res.n_prefilled;
+        out["span_hits"] = res.n_span_hits;
+        out["span_misses"] = res.n_span_misses;
+        out["span_tokens_reused"] = res.n_span_reused;
+        out["span_tokens_recomputed"] = res.n_span_recomputed;
+      }
       if (n_logprobs >= 0) {
         json lps = json::array();
         for (const auto& t : res.logprobs) {
@@ -196,17 +255,19 @@ void register_run(CLI::App& app) {
       "run", "Chat with a model: answer PROMPT, or hold a conversation on a terminal");
   static GenOptions o;
   static std::string prompt, system;
-  static bool verbose = false;
+  static bool verbose = false, span_cache = false;
   cmd->add_option("MODEL", o.model, "a .gguf, a HF folder, or a stored model name")->required();
   cmd->add_option("PROMPT", prompt, "answer this and exit");
   cmd->add_option("--system", system, "a system message");
   cmd->add_flag("--verbose", verbose, "print timings after each answer");
+  cmd->add_flag("--span-cache", span_cache,
+                "keep keys before RoPE (the span cache's KV layout; for comparison)");
   add_gen_options(cmd, o);
   add_device_options(cmd);
   cmd->callback([] {
     auto m = load_with_progress(o.model);
     if (!m->tokenizer) throw std::runtime_error(m->name + ": the model has no tokenizer");
-    Session s(m, o.ctx_size);
+    Session s(m, o.ctx_size, span_cache);
     auto messages = nlohmann::ordered_json::array();
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
     auto turn = [&](const std::string& user) {
@@ -282,6 +343,14 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(size_t(1) << 10, size_t(1) << 24));
   cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_flag("--span-cache", cfg.engine.span_cache,
+                "each model's engine keeps keys before RoPE, so that the documents of a span "
+                "query (POST /v1/query/execute, the children of plus) are computed once and "
+                "reused at any offset");
+  cmd->add_option("--span-recompute", cfg.engine.span_recompute,
+                  "with --span-cache: tokens at the start of each reused span computed again "
+                  "with attention over what precedes them (default 16)")
+      ->check(CLI::Range(0, 1 << 24));
   add_device_options(cmd);
   cmd->footer(fmt::format(
       "Clients name models; only names in the model store resolve (no paths, no '..', no "

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "wick 0.1.0");
   app.footer(
+      "Documents as independent spans (the span cache): wick generate --span FILE [--span FILE "
+      "...] --prompt QUESTION\n\n"
       "Environment:\n"
       "  WICK_THREADS             worker threads for CPU kernels (default: all cores)\n"
       "  WICK_ISA                 force a CPU kernel set: generic, avx2 or avx512 (default: best "
@@ -25,7 +27,8 @@ int main(int argc, char** argv) {
       "  WICK_MAX_MODEL_BYTES     byte budget of loaded models; 0 = no limit (default: 0)\n"
       "  WICK_PREFIX_CACHE        0 turns the prefix cache off (default: 1)\n"
       "  WICK_API_KEY             wick serve: require Authorization: Bearer KEY\n"
-      "  WICK_DEVICE              cpu, cuda or auto: where models run (--device wins; default auto)\n"
+      "  WICK_DEVICE              cpu, cuda or auto: where models run (--device wins; default "
+      "auto)\n"
       "  WICK_CUDA_GRAPHS         0 turns CUDA graphs off (for profilers; default 1)\n"
       "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");

@@ -45,7 +45,44 @@ RunnerLimits runner_limits(const EngineConfig& cfg, int32_t n_blocks) {
   l.n_ctx = cfg.n_ctx;
   l.max_tokens = cfg.reserve_scratch ? cfg.max_batch_tokens : 0;
   l.max_logit_rows = cfg.max_seqs;
+  l.pre_rope = cfg.span_cache;
   return l;
+}
+
+// Positions of a span layout: text as it comes; each span starts a block
+// and the text after it starts the next, the slots between left empty
+// (kHole). The spans' positions and each block's valid slots are recorded.
+void lay_out_spans(const GenerateRequest& req, int32_t bs, Sequence& s) {
+  std::vector<int32_t>& t = s.tokens;
+  t.clear();
+  auto pad = [&] {
+    while (t.size() % size_t(bs)) t.push_back(kHole);
+  };
+  int32_t at = 0;
+  for (const auto& [b, e] : req.spans) {
+    t.insert(t.end(), req.prompt.begin() + at, req.prompt.begin() + b);
+    pad();
+    Sequence::Span sp;
+    sp.pos = int32_t(t.size());
+    sp.tokens.assign(req.prompt.begin() + b, req.prompt.begin() + e);
+    s.spans.push_back(std::move(sp));
+    t.insert(t.end(), req.prompt.begin() + b, req.prompt.begin() + e);
+    pad();
+    at = e;
+  }
+  t.insert(t.end(), req.prompt.begin() + at, req.prompt.end());
+  s.commit_limit = s.spans.front().pos;
+  for (size_t blk = 0; blk * size_t(bs) < t.size(); ++blk) {
+    int32_t begin = bs, end = 0;
+    for (int32_t i = 0; i < bs; ++i) {
+      const size_t pos = blk * size_t(bs) + size_t(i);
+      if (pos >= t.size() || t[pos] != kHole) {  // positions to come are valid
+        begin = std::min(begin, i);
+        end = i + 1;
+      }
+    }
+    s.fills.push_back({std::min(begin, end), end});
+  }
 }
 
 }  // namespace
@@ -76,18 +113,30 @@ Engine::~Engine() = default;
 
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   validate_request(req, int32_t(model_->config().n_vocab));
+  if (!req.spans.empty() && !cfg_.span_cache)
+    throw GenerateError("spans need the engine's span cache (span_cache, --span-cache)");
   const std::vector<int32_t> prompt = fit_prompt(req, cfg_.n_ctx);
-  const int32_t need = int32_t(prompt.size()) / cfg_.block_size + 1;
-  if (need > scheduler_.blocks().n_blocks())
-    throw GenerateError(fmt::format("the prompt needs {} KV blocks but the cache has {}", need,
-                                    scheduler_.blocks().n_blocks()));
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
   s->cb = std::move(cb);
   s->tokens = prompt;
-  s->n_prompt = int32_t(prompt.size());
+  if (!req.spans.empty()) {
+    lay_out_spans(req, cfg_.block_size, *s);
+    s->span_recompute = req.span_recompute >= 0 ? req.span_recompute : cfg_.span_recompute;
+    if (int32_t(s->tokens.size()) >= cfg_.n_ctx)
+      throw GenerateError(fmt::format(
+          "the prompt's span layout takes {} positions (spans start blocks of {}) but the "
+          "context holds {}",
+          s->tokens.size(), cfg_.block_size, cfg_.n_ctx));
+  }
+  const int32_t need = int32_t(s->tokens.size()) / cfg_.block_size + 1;
+  if (need > scheduler_.blocks().n_blocks())
+    throw GenerateError(fmt::format("the prompt needs {} KV blocks but the cache has {}", need,
+                                    scheduler_.blocks().n_blocks()));
+  s->n_prompt = int32_t(s->tokens.size());
   output_.start(*s);
+  s->result.n_prompt = int32_t(prompt.size());  // tokens, not positions
   const int64_t id = s->id;
   if (req.max_tokens == 0)
     output_.finish(*s, "length");
@@ -111,6 +160,7 @@ bool Engine::step() {
   if (plan.seqs.empty()) return scheduler_.has_work();
   try {
     if (cfg_.before_execute) cfg_.before_execute(plan.seqs);
+    runner_.copy_blocks(plan.copies);
     runner_.run(plan.seqs);
     scheduler_.update(plan);
     for (Sequence* s : output_.update(plan.sampling(), runner_)) {
@@ -118,9 +168,10 @@ bool Engine::step() {
       output_.finish(*done, done->result.stop_reason);
     }
   } catch (const std::exception& ex) {
-    // Retrying would fail the same way: end this step's requests, keep the rest.
+    // Retrying would fail the same way: end this step's requests (a span
+    // job's: its parent's), keep the rest.
     std::vector<int64_t> ids;
-    for (const auto& w : plan.seqs) ids.push_back(w.seq->id);
+    for (const auto& w : plan.seqs) ids.push_back(w.seq->parent ? w.seq->parent->id : w.seq->id);
     for (int64_t id : ids)
       if (auto s = scheduler_.remove(id)) fail(std::move(s), ex.what());
   }

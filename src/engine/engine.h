@@ -35,6 +35,10 @@ struct EngineConfig {
   // Called before each step's forward pass with what it computes; for tests
   // (an exception thrown here fails the step like a failing kernel would).
   std::function<void(std::span<const ScheduledSeq>)> before_execute;
+  // The span cache: keys kept before RoPE, so that a request's independent
+  // spans (GenerateRequest::spans) are computed once and reused anywhere.
+  bool span_cache = false;
+  int32_t span_recompute = 16;     // tokens computed again at the start of each span (default)
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 

@@ -8,7 +8,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const LoadedModel> model, const RunnerL
     : model_(std::move(model)),
       lim_(lim),
       kv_(model_->backend().make_kv(model_->config().n_layer, lim.n_blocks, lim.block_size,
-                                    model_->config().kv_dim())) {
+                                    model_->config().kv_dim(), lim.pre_rope)) {
   Backend& be = model_->backend();
   if (lim_.max_tokens > 0 || lim_.max_logit_rows > 0)
     scratch_.reserve(be, model_->config(), std::max(1, lim_.max_tokens),
@@ -56,14 +56,25 @@ void ModelRunner::run(Batch& b) {
   row_on_host_.assign(n_rows_, model_->backend().device() == Device::Cpu);
 }
 
+void ModelRunner::copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs) {
+  if (!pairs.empty()) model_->backend().copy_blocks(*kv_, pairs);
+}
+
 void ModelRunner::run(std::span<const ScheduledSeq> seqs) {
   batch_.clear();
   batch_.block_tables.resize(seqs.size());
+  batch_.block_fills.resize(seqs.size());
   for (size_t k = 0; k < seqs.size(); ++k) {
     const Sequence& s = *seqs[k].seq;
     batch_.block_tables[k] = s.block_table;
+    if (!s.fills.empty()) {  // span layouts: holes (blocks past the layout are full)
+      auto& f = batch_.block_fills[k];
+      f.assign(s.fills.begin(),
+               s.fills.begin() + long(std::min(s.fills.size(), s.block_table.size())));
+    }
     for (int32_t i = 0; i < seqs[k].n_tokens; ++i) {
       const int32_t pos = s.n_computed + i;
+      if (s.tokens[size_t(pos)] == kHole) continue;
       batch_.add(s.tokens[size_t(pos)], pos, int32_t(k),
                  seqs[k].samples && i == seqs[k].n_tokens - 1);
     }

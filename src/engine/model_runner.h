@@ -17,6 +17,7 @@ struct RunnerLimits {
   int32_t n_ctx = 0;           // longest sequence; > 0 fixes the block-table width (graphs)
   int32_t max_tokens = 0;      // tokens per step, to size buffers up front (0: on demand)
   int32_t max_logit_rows = 0;  // logits rows per step, likewise
+  bool pre_rope = false;       // keys stored before RoPE (the span cache)
 };
 
 class ModelRunner {
@@ -26,6 +27,8 @@ class ModelRunner {
       : ModelRunner(std::move(model), RunnerLimits{n_blocks, block_size}) {}
   ~ModelRunner();
 
+  // Copies KV blocks (source, destination) in every layer.
+  void copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs);
   // Runs `b` (its K/V into the store). The logits of its logit rows stay in
   // backend memory until asked for.
   void run(Batch& b);

@@ -30,7 +30,9 @@ SampleRow device_sample_row(const SamplingParams& p, std::span<const int32_t> hi
   if (p.repeat_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f) {
     size_t n = history.size();
     if (p.repeat_last_n > 0) n = std::min(n, size_t(p.repeat_last_n));
-    std::vector<int32_t> window(history.end() - long(n), history.end());
+    std::vector<int32_t> window;
+    for (int32_t id : history.subspan(history.size() - n))
+      if (id >= 0) window.push_back(id);  // span layouts have holes
     std::sort(window.begin(), window.end());
     for (size_t i = 0; i < window.size();) {
       size_t j = i;

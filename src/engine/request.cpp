@@ -19,12 +19,30 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
           fmt::format("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab));
   for (const auto& st : req.stop)
     if (st.empty()) throw GenerateError("stop strings must not be empty");
+  const int32_t n = int32_t(req.prompt.size());
+  for (size_t i = 0; i < req.spans.size(); ++i) {
+    const auto [b, e] = req.spans[i];
+    if (b < 0 || e > n)
+      throw GenerateError(
+          fmt::format("span {} [{}, {}) is outside the prompt of {} tokens", i, b, e, n));
+    if (e <= b) throw GenerateError(fmt::format("span {} [{}, {}) is empty", i, b, e));
+    if (e == n)
+      throw GenerateError(fmt::format(
+          "span {} [{}, {}) ends the prompt: text (the question) must come after the spans", i, b,
+          e));
+    if (i > 0 && b < req.spans[i - 1].second)
+      throw GenerateError(fmt::format("span {} [{}, {}) overlaps or precedes span {} [{}, {})", i,
+                                      b, e, i - 1, req.spans[i - 1].first,
+                                      req.spans[i - 1].second));
+  }
+  if (req.span_recompute < -1)
+    throw GenerateError(fmt::format("span_recompute must be >= 0 (got {})", req.span_recompute));
 }
 
 std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx) {
   std::vector<int32_t> prompt = req.prompt;
   if (int32_t(prompt.size()) < n_ctx) return prompt;
-  if (!req.truncate)
+  if (!req.truncate || !req.spans.empty())
     throw GenerateError(fmt::format(
         "the prompt has {} tokens but the context holds {} (leave room to generate, or truncate)",
         prompt.size(), n_ctx));

@@ -24,6 +24,17 @@ struct GenerateRequest {
   bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
   bool keep_first_logits = false;  // return the logits the first token was sampled from
   int32_t top_logprobs = -1;  // -1 off, else log-probabilities of each chosen token and the top N
+  // Independent spans of the prompt: [begin, end) token ranges, sorted, not
+  // overlapping, none reaching the prompt's last token (documents, tool
+  // outputs, examples). Each is computed as if it stood alone (at positions
+  // from 0), cached, and reused wherever it appears; the text after the spans
+  // attends to everything. Each span starts a KV block (the positions between
+  // stay empty). Needs the engine's span cache (EngineConfig::span_cache).
+  std::vector<std::pair<int32_t, int32_t>> spans;
+  // Tokens at the start of each span computed again with attention over
+  // everything before them (quality repair; not for a span at position 0,
+  // which has nothing before it); -1: the engine's default.
+  int32_t span_recompute = -1;
 };
 
 struct TokenLogprob {
@@ -40,13 +51,16 @@ struct GenerateResult {
   std::string stop_reason;
   bool internal_error = false;      // the error is the engine's (a failed step), not the request's
   int32_t n_prompt = 0;             // prompt tokens
-  int32_t n_reused = 0;             // prompt tokens whose K/V came from the cache
-  int32_t n_prefilled = 0;          // prompt tokens computed
+  int32_t n_reused = 0;             // prompt tokens whose K/V came from the cache (spans too)
+  int32_t n_prefilled = 0;          // prompt tokens computed (span jobs and repairs too)
   double ttft_ms = 0;               // from add_request to the first token
   double prefill_tok_s = 0;         // prompt tokens computed per second, first step to first token
   double decode_tok_s = 0;          // tokens after the first, per second
   std::vector<float> first_logits;  // with keep_first_logits
   std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0, one per generated token
+  // span cache: spans found cached, spans computed (by a span job), span
+  // tokens taken from the cache, span tokens computed again in place
+  int32_t n_span_hits = 0, n_span_misses = 0, n_span_reused = 0, n_span_recomputed = 0;
 };
 
 struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)

@@ -5,6 +5,18 @@
 
 namespace wick {
 
+namespace {
+
+// Prompt tokens (holes left out) among positions [from, from + n).
+int32_t prompt_tokens_in(const Sequence& s, int32_t from, int32_t n) {
+  int32_t count = 0;
+  for (int32_t p = from; p < std::min(from + n, s.n_prompt); ++p)
+    count += s.tokens[size_t(p)] != kHole;
+  return count;
+}
+
+}  // namespace
+
 std::vector<Sequence*> SchedulerOutput::sampling() const {
   std::vector<Sequence*> out;
   for (const auto& w : seqs)
@@ -36,7 +48,28 @@ std::unique_ptr<Sequence> Scheduler::remove_any() {
   return nullptr;
 }
 
+void Scheduler::drop_span_state(Sequence& s) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if ((*it)->parent == &s) {
+      for (int32_t b : (*it)->block_table) pool_.release(b);
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& sp : s.spans) {
+    for (int32_t b : sp.ready) pool_.release(b);
+    sp.ready.clear();
+    sp.hit = sp.job_running = false;
+  }
+  for (auto [src, dst] : s.pending_copies) pool_.release(src);  // dst is in the table
+  s.pending_copies.clear();
+  s.next_span = 0;
+  s.skip_from = s.skip_to = -1;
+}
+
 void Scheduler::free_blocks(Sequence& s) {
+  drop_span_state(s);
   for (int32_t b : s.block_table) pool_.release(b);
   s.block_table.clear();
   s.n_computed = 0;
@@ -44,11 +77,12 @@ void Scheduler::free_blocks(Sequence& s) {
   s.last_hash = 0;
 }
 
-// Takes the longest verified cached prefix; at least one token is left to
-// compute (its logits start the generation).
+// Takes the longest verified cached prefix (of the part before any span);
+// at least one token is left to compute (its logits start the generation).
 void Scheduler::admit(Sequence& s) {
   const int32_t bs = pool_.block_size();
-  std::vector<int32_t> hit = pool_.match_prefix(s.tokens);
+  const size_t n_match = std::min(s.tokens.size(), size_t(std::max(0, s.commit_limit)));
+  std::vector<int32_t> hit = pool_.match_prefix(std::span<const int32_t>(s.tokens).first(n_match));
   if (!hit.empty() && int32_t(hit.size()) * bs >= int32_t(s.tokens.size())) {
     pool_.release(hit.back());
     hit.pop_back();
@@ -60,21 +94,110 @@ void Scheduler::admit(Sequence& s) {
   for (int32_t k = 0; k < s.n_committed; ++k)
     s.last_hash = pool_.chain_hash(
         s.last_hash, std::span<const int32_t>(s.tokens).subspan(size_t(k * bs), size_t(bs)));
-  if (s.result.n_reused == 0) s.result.n_reused = s.n_computed;
+  if (s.result.n_reused == 0) s.result.n_reused = prompt_tokens_in(s, 0, s.n_computed);
 }
 
 void Scheduler::preempt(Sequence& s) {
   free_blocks(s);  // recomputed from the prompt (and what it generated) when readmitted
+  // spans are placed again then: count that placement alone
+  GenerateResult& r = s.result;
+  r.n_reused -= r.n_span_reused;
+  r.n_span_hits = r.n_span_misses = r.n_span_reused = r.n_span_recomputed = 0;
   ++n_preemptions_;
 }
 
 // Tokens a sequence computes this step: all it lacks, in prefill chunks of
-// at most req.prefill_chunk (0 = no limit) while it is still in its prompt.
+// at most req.prefill_chunk (0 = no limit) while it is still in its prompt,
+// and never past an unplaced span or into a cached stretch.
 int32_t Scheduler::catch_up(const Sequence& s) const {
-  const int32_t lack = int32_t(s.tokens.size()) - s.n_computed;
+  int32_t lack = int32_t(s.tokens.size()) - s.n_computed;
+  if (s.next_span < s.spans.size()) lack = std::min(lack, s.spans[s.next_span].pos - s.n_computed);
+  if (s.skip_from > s.n_computed) lack = std::min(lack, s.skip_from - s.n_computed);
   if (s.req.prefill_chunk > 0 && s.n_computed < s.n_prompt)
     return std::min(lack, s.req.prefill_chunk);
   return lack;
+}
+
+void Scheduler::start_job(Sequence& s, size_t span) {
+  auto job = std::make_unique<Sequence>();
+  job->id = -s.id;  // never looked up by id
+  job->req.prefill_chunk = s.req.prefill_chunk;
+  job->tokens = s.spans[span].tokens;
+  job->n_prompt = int32_t(job->tokens.size());
+  job->parent = &s;
+  job->parent_span = span;
+  s.spans[span].job_running = true;
+  jobs_.push_back(std::move(job));
+}
+
+bool Scheduler::job_computes(const std::vector<int32_t>& tokens) const {
+  return std::any_of(jobs_.begin(), jobs_.end(),
+                     [&](const auto& job) { return job->tokens == tokens; });
+}
+
+// A span is looked up until found: a span that another job computes is
+// found in the span cache once that job ends (or, if that job is dropped,
+// gets a job of its own).
+void Scheduler::resolve_spans(Sequence& s) {
+  for (size_t i = s.next_span; i < s.spans.size(); ++i) {
+    auto& sp = s.spans[i];
+    if (!sp.ready.empty() || sp.job_running) continue;
+    sp.ready = pool_.match_span(sp.tokens);
+    sp.hit = !sp.ready.empty();
+    if (!sp.hit && !job_computes(sp.tokens)) start_job(s, i);
+  }
+}
+
+bool Scheduler::place_spans(Sequence& s) {
+  resolve_spans(s);
+  while (s.next_span < s.spans.size() && s.n_computed >= s.spans[s.next_span].pos) {
+    if (!place_span(s, s.spans[s.next_span])) return false;
+    ++s.next_span;
+  }
+  return true;
+}
+
+bool Scheduler::place_span(Sequence& s, Sequence::Span& sp) {
+  if (sp.ready.empty()) return false;  // its job runs, or another's
+  const int32_t bs = pool_.block_size(), n = int32_t(sp.tokens.size());
+  if (int32_t(s.block_table.size()) != sp.pos / bs || s.n_computed != sp.pos)
+    throw std::logic_error("placing a span: the sequence is not at the span's first block");
+  // The first k tokens are computed again into private copies of their
+  // blocks. A span with nothing before it already has that KV.
+  const int32_t k = sp.pos == 0 ? 0 : std::min(s.span_recompute, n);
+  std::vector<int32_t> copies;
+  for (int32_t i = 0; i < (k + bs - 1) / bs; ++i) {
+    copies.push_back(pool_.allocate());
+    if (copies.back() < 0) {  // no room yet: the whole repair or none, so results do not vary
+      short_of_blocks_ = true;
+      copies.pop_back();
+      for (int32_t b : copies) pool_.release(b);
+      return false;
+    }
+  }
+  for (size_t i = 0; i < copies.size(); ++i) {
+    s.pending_copies.push_back({sp.ready[i], copies[i]});  // the shared block's reference moves
+    sp.ready[i] = copies[i];
+  }
+  s.block_table.insert(s.block_table.end(), sp.ready.begin(), sp.ready.end());
+  const int32_t end = sp.pos + int32_t(sp.ready.size()) * bs;  // the span's last block ends here
+  sp.ready.clear();
+  if (k > 0) {
+    s.skip_from = sp.pos + k;
+    s.skip_to = end;
+  } else {
+    s.n_computed = end;
+  }
+  GenerateResult& r = s.result;
+  if (sp.hit) {
+    ++r.n_span_hits;
+    r.n_span_reused += n - k;
+    r.n_reused += n - k;
+  } else {
+    ++r.n_span_misses;
+  }
+  r.n_span_recomputed += k;
+  return true;
 }
 
 bool Scheduler::ensure_blocks(Sequence& s, int32_t n_tokens) {
@@ -89,8 +212,9 @@ bool Scheduler::ensure_blocks(Sequence& s, int32_t n_tokens) {
 }
 
 void Scheduler::commit_full_blocks(Sequence& s) {
+  if (s.is_span_job()) return;  // committed as a span when done
   const int32_t bs = pool_.block_size();
-  const int32_t full = s.n_computed / bs;
+  const int32_t full = std::min(s.n_computed, s.commit_limit) / bs;
   for (; s.n_committed < full; ++s.n_committed) {
     auto toks = std::span<const int32_t>(s.tokens).subspan(size_t(s.n_committed * bs), size_t(bs));
     s.last_hash = pool_.commit(s.block_table[size_t(s.n_committed)], s.last_hash, toks);
@@ -100,18 +224,40 @@ void Scheduler::commit_full_blocks(Sequence& s) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t budget = lim_.max_batch_tokens;
+  short_of_blocks_ = false;
   auto take = [&](Sequence& s, int32_t n) {
-    out.seqs.push_back({&s, n, s.n_computed + n == int32_t(s.tokens.size())});
+    out.seqs.push_back({&s, n, !s.is_span_job() && s.n_computed + n == int32_t(s.tokens.size())});
+    out.copies.insert(out.copies.end(), s.pending_copies.begin(), s.pending_copies.end());
+    s.pending_copies.clear();
     budget -= n;
-    if (!s.was_scheduled) {
-      s.was_scheduled = true;
-      s.first_scheduled = Sequence::clock::now();
+    Sequence& owner = s.is_span_job() ? *s.parent : s;  // a job's time is its parent's
+    if (!owner.was_scheduled) {
+      owner.was_scheduled = true;
+      owner.first_scheduled = Sequence::clock::now();
     }
   };
-  // Running sequences first, oldest first; preempt the newest when blocks run out.
+  // Span jobs not in the plan yet, while blocks last.
+  auto take_jobs = [&] {
+    for (auto& job : jobs_) {
+      if (budget <= 0) break;
+      const bool planned = std::any_of(out.seqs.begin(), out.seqs.end(),
+                                       [&](const ScheduledSeq& w) { return w.seq == job.get(); });
+      const int32_t n = std::min(catch_up(*job), budget);
+      if (planned || n <= 0) continue;
+      if (ensure_blocks(*job, n))
+        take(*job, n);
+      else
+        short_of_blocks_ = true;
+    }
+  };
+  // Running sequences, oldest first; preempt the newest when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
-    const int32_t n = std::min(catch_up(s), budget);
+    const int32_t n = place_spans(s) ? std::min(catch_up(s), budget) : 0;
+    if (n <= 0) {  // waits for a span
+      ++i;
+      continue;
+    }
     if (ensure_blocks(s, n)) {
       take(s, n);
       ++i;
@@ -125,34 +271,73 @@ SchedulerOutput Scheduler::schedule() {
     preempt(*victim);
     waiting_.push_front(std::move(victim));
   }
-  // Then waiting sequences, first come first served.
-  while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < lim_.max_seqs) {
+  take_jobs();  // before new sequences: running ones wait for them
+  // Then waiting sequences, first come first served, unless running ones
+  // already wait for blocks.
+  while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < lim_.max_seqs &&
+         !short_of_blocks_) {
     Sequence& s = *waiting_.front();
     admit(s);
-    const int32_t n = std::min(catch_up(s), budget);
-    if (!ensure_blocks(s, n)) {
+    const int32_t n = place_spans(s) ? std::min(catch_up(s), budget) : 0;
+    if (n > 0 && !ensure_blocks(s, n)) {
       free_blocks(s);  // not enough room yet: wait for blocks to come back
       break;
     }
-    take(s, n);
+    if (n > 0) take(s, n);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  take_jobs();  // the ones started this step
   // Nothing runs and the first in line cannot start: it never fits.
   if (out.seqs.empty() && running_.empty() && !waiting_.empty()) {
     out.rejected = std::move(waiting_.front());
     waiting_.pop_front();
     free_blocks(*out.rejected);
   }
+  // Running sequences wait for span jobs or copies that found no blocks, and
+  // nothing runs: preempt the newest to make room; alone, it never fits.
+  if (out.seqs.empty() && !running_.empty()) {
+    auto victim = std::move(running_.back());
+    running_.pop_back();
+    if (running_.empty()) {
+      free_blocks(*victim);
+      out.rejected = std::move(victim);
+    } else {
+      preempt(*victim);
+      waiting_.push_front(std::move(victim));
+    }
+  }
   return out;
 }
 
 void Scheduler::update(const SchedulerOutput& plan) {
+  for (auto [src, dst] : plan.copies) pool_.release(src);  // copied by now
   for (const auto& w : plan.seqs) {
     Sequence& s = *w.seq;
+    Sequence& owner = s.is_span_job() ? *s.parent : s;  // a job's tokens are its parent's work
+    owner.result.n_prefilled += prompt_tokens_in(s, s.n_computed, w.n_tokens);
     s.n_computed += w.n_tokens;
-    if (s.n_computed <= s.n_prompt) s.result.n_prefilled += w.n_tokens;
+    if (s.n_computed == s.skip_from) {
+      s.n_computed = s.skip_to;
+      s.skip_from = s.skip_to = -1;
+    }
+    // holes need no computing: a step never starts with one
+    while (s.n_computed < int32_t(s.tokens.size()) && s.tokens[size_t(s.n_computed)] == kHole)
+      ++s.n_computed;
     commit_full_blocks(s);
+  }
+  // Finished span jobs register their span and hand its blocks over.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Sequence& job = **it;
+    if (job.n_computed < int32_t(job.tokens.size())) {
+      ++it;
+      continue;
+    }
+    pool_.commit_span(job.block_table, job.tokens);
+    auto& sp = job.parent->spans[job.parent_span];
+    sp.ready = std::move(job.block_table);
+    sp.hit = sp.job_running = false;
+    it = jobs_.erase(it);
   }
 }
 

@@ -6,6 +6,17 @@
 // starts from the longest verified prefix of cached blocks. When blocks run
 // out the newest running sequence is preempted: its blocks are freed and it
 // is recomputed (prompt and what it generated) when admitted again.
+//
+// Span layouts (the span cache): once admitted, a sequence holds each of
+// its spans' blocks from the span cache (verified, shared by reference) or,
+// on a miss, starts a span job that computes the span alone (one job per
+// distinct span at a time: others wait for its blocks to be cached) and
+// hands its blocks over. Jobs run first, in the same steps as sequences.
+// When the sequence reaches a span it waits for those blocks, puts them in
+// its block table, and computes the first span_recompute tokens again, with
+// attention over everything before them, into private copies of their
+// blocks; the rest of the span is skipped. A step in which nothing can run
+// (jobs or copies found no blocks) preempts the newest sequence.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +38,9 @@ struct ScheduledSeq {
 struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;      // in batch order; logits rows follow the sampling ones
   std::unique_ptr<Sequence> rejected;  // fits the cache not even alone (removed, blocks freed)
+  // KV blocks to copy (source, destination) before the step runs; the
+  // sources are released after it (update)
+  std::vector<std::pair<int32_t, int32_t>> copies;
   std::vector<Sequence*> sampling() const;
 };
 
@@ -50,7 +64,7 @@ class Scheduler {
   // After the forward pass: counts move on, newly full blocks enter the prefix cache.
   void update(const SchedulerOutput& plan);
 
-  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !jobs_.empty(); }
   int32_t n_running() const { return int32_t(running_.size()); }
   int32_t n_waiting() const { return int32_t(waiting_.size()); }
   uint64_t n_preemptions() const { return n_preemptions_; }
@@ -63,12 +77,23 @@ class Scheduler {
   void preempt(Sequence& s);
   void free_blocks(Sequence& s);
   void commit_full_blocks(Sequence& s);
+  // Finds or starts the blocks of the spans s has not placed yet.
+  void resolve_spans(Sequence& s);
+  // Places the spans s has reached; false while one waits (for its blocks,
+  // or for free blocks to copy into).
+  bool place_spans(Sequence& s);
+  bool place_span(Sequence& s, Sequence::Span& sp);
+  void start_job(Sequence& s, size_t span);
+  bool job_computes(const std::vector<int32_t>& tokens) const;
+  void drop_span_state(Sequence& s);  // jobs, held blocks, placement
 
   BlockPool pool_;
   SchedulerLimits lim_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::unique_ptr<Sequence>> jobs_;  // span jobs, prefill only
   uint64_t n_preemptions_ = 0;
+  bool short_of_blocks_ = false;  // this step: a span job or a span's copies found no blocks
 };
 
 }  // namespace wick

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -22,12 +23,37 @@ struct Sequence {
   StreamCallbacks cb;
 
   // the scheduler's: counts and blocks
-  std::vector<int32_t> tokens;  // prompt, then generated
+  std::vector<int32_t> tokens;  // by position: prompt, then generated; kHole where a span layout
+                                // leaves a slot empty (before a span, after its end)
   int32_t n_prompt = 0;
   int32_t n_computed = 0;  // leading tokens whose K/V is in the cache
   std::vector<int32_t> block_table;
   int32_t n_committed = 0;  // leading blocks registered in the prefix cache
   uint64_t last_hash = 0;   // chain hash of the last committed block
+
+  // span layouts (the engine's span cache): each span starts a block; its
+  // blocks come from the span cache, or from a span job computing it alone
+  struct Span {
+    int32_t pos = 0;              // first position; a multiple of the block size
+    std::vector<int32_t> tokens;  // the span's tokens
+    // its blocks once known (referenced, so they stay while the sequence
+    // waits to reach the span): found in the span cache, or a job's
+    std::vector<int32_t> ready;
+    bool hit = false;  // ready came from the span cache
+    bool job_running = false;
+  };
+  std::vector<Span> spans;               // in position order
+  size_t next_span = 0;                  // the first span not placed in the block table yet
+  int32_t skip_from = -1, skip_to = -1;  // placed span: positions [from, to) are cached
+  int32_t commit_limit = INT32_MAX;      // blocks past this position stay out of the prefix cache
+  int32_t span_recompute = 0;            // tokens recomputed at the start of each placed span
+  std::vector<std::pair<int32_t, int32_t>> fills;  // per block: valid slots (empty: all full)
+  // KV blocks to copy (shared span block, private copy) before this sequence
+  // next runs; the shared ones stay referenced until then
+  std::vector<std::pair<int32_t, int32_t>> pending_copies;
+  // span jobs: the sequence and span they compute for
+  Sequence* parent = nullptr;
+  size_t parent_span = 0;
 
   // output processing's
   std::unique_ptr<Sampler> sampler;
@@ -38,6 +64,9 @@ struct Sequence {
   bool was_scheduled = false, got_first = false;
 
   int32_t n_generated() const { return int32_t(result.tokens.size()); }
+  bool is_span_job() const { return parent != nullptr; }
 };
+
+constexpr int32_t kHole = -1;  // a position with no token
 
 }  // namespace wick

@@ -6,12 +6,19 @@ namespace wick {
 
 namespace {
 
-// One sequence of up to n_ctx tokens: blocks for exactly that, a step as long
-// as the whole prompt (req.prefill_chunk sets the chunks), buffers grown as needed.
-EngineConfig session_config(const LoadedModel& m, int32_t n_ctx) {
+// One sequence of up to n_ctx tokens: blocks for exactly that (and, with the
+// span cache, for the private copies of a span's first blocks while they are
+// copied), a step as long as the whole prompt (req.prefill_chunk sets the
+// chunks), buffers grown as needed.
+EngineConfig session_config(const LoadedModel& m, int32_t n_ctx, bool span_cache,
+                            int32_t span_recompute) {
   EngineConfig c;
   c.n_ctx = std::max<int32_t>(1, std::min<int32_t>(n_ctx, int32_t(m.config().n_ctx_train)));
   c.n_blocks = (c.n_ctx + c.block_size - 1) / c.block_size;
+  c.span_cache = span_cache;
+  c.span_recompute = span_recompute;
+  if (span_cache)
+    c.n_blocks += (std::min(span_recompute, c.n_ctx) + c.block_size - 1) / c.block_size;
   c.max_seqs = 1;
   c.max_batch_tokens = c.n_ctx;
   c.reserve_scratch = false;
@@ -21,9 +28,11 @@ EngineConfig session_config(const LoadedModel& m, int32_t n_ctx) {
 
 }  // namespace
 
-Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx)
+Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx, bool span_cache,
+                 int32_t span_recompute)
     : model_(std::move(model)),
-      engine_(std::make_unique<Engine>(model_, session_config(*model_, n_ctx))) {}
+      engine_(std::make_unique<Engine>(
+          model_, session_config(*model_, n_ctx, span_cache, span_recompute))) {}
 
 Session::~Session() = default;
 
@@ -47,7 +56,11 @@ GenerateResult Session::generate(const GenerateRequest& req,
   if (!res.tokens.empty()) {
     // every token but the last generated one went through the model
     computed_ = fit_prompt(req, n_ctx());
-    computed_.insert(computed_.end(), res.tokens.begin(), res.tokens.end() - 1);
+    if (!req.spans.empty()) {  // only the text before the first span is kept in order
+      computed_.resize(size_t(req.spans.front().first));
+    } else {
+      computed_.insert(computed_.end(), res.tokens.begin(), res.tokens.end() - 1);
+    }
   }
   return res;
 }

@@ -3,6 +3,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -75,17 +76,57 @@ void BlockPool::release(int32_t id) {
   }
 }
 
-uint64_t BlockPool::commit(int32_t id, uint64_t parent, std::span<const int32_t> tokens) {
-  const uint64_t h = chain_hash(parent, tokens);
-  if (!prefix_cache_) return h;
+bool BlockPool::store(int32_t id, uint64_t h, std::span<const int32_t> tokens) {
   Block& b = blocks_[size_t(id)];
-  if (b.hashed) return b.hash;
-  if (by_hash_.count(h)) return h;  // an identical block is already cached
+  if (b.hashed || by_hash_.count(h)) return false;  // an identical block is already cached
   b.hashed = true;
   b.hash = h;
   b.tokens.assign(tokens.begin(), tokens.end());
   by_hash_[h] = id;
+  return true;
+}
+
+uint64_t BlockPool::commit(int32_t id, uint64_t parent, std::span<const int32_t> tokens) {
+  const uint64_t h = chain_hash(parent, tokens);
+  if (!prefix_cache_) return h;
+  const Block& b = blocks_[size_t(id)];
+  if (b.hashed) return b.hash;
+  store(id, h, tokens);
   return h;
+}
+
+std::vector<int32_t> BlockPool::match_span(std::span<const int32_t> tokens) {
+  ++n_span_queries;
+  std::vector<int32_t> out;
+  uint64_t parent = kSpanRoot;
+  for (size_t start = 0; start < tokens.size(); start += size_t(block_size_)) {
+    auto chunk = tokens.subspan(start, std::min(size_t(block_size_), tokens.size() - start));
+    const uint64_t h = chain_hash(parent, chunk);
+    auto it = by_hash_.find(h);
+    const bool hit = it != by_hash_.end() && std::equal(chunk.begin(), chunk.end(),
+                                                        blocks_[size_t(it->second)].tokens.begin(),
+                                                        blocks_[size_t(it->second)].tokens.end());
+    if (!hit) {  // all or nothing
+      for (int32_t b : out) release(b);
+      return {};
+    }
+    Block& b = blocks_[size_t(it->second)];
+    if (b.ref++ == 0) free_.erase(b.free_it);
+    out.push_back(it->second);
+    parent = h;
+  }
+  ++n_span_hits;
+  return out;
+}
+
+void BlockPool::commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens) {
+  uint64_t parent = kSpanRoot;
+  for (size_t i = 0, start = 0; start < tokens.size(); ++i, start += size_t(block_size_)) {
+    auto chunk = tokens.subspan(start, std::min(size_t(block_size_), tokens.size() - start));
+    const uint64_t h = chain_hash(parent, chunk);
+    store(blocks[i], h, chunk);
+    parent = h;
+  }
 }
 
 }  // namespace wick

@@ -35,8 +35,16 @@ class BlockPool {
   uint64_t commit(int32_t block, uint64_t parent, std::span<const int32_t> tokens);
   uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const;
 
+  // The span cache: a span's blocks chain from a root of their own (no
+  // parent), so the span is found wherever it appears; its last block may
+  // hold fewer than block_size tokens. match_span returns all of the span's
+  // blocks, each with a new reference, or none; both verify token by token.
+  std::vector<int32_t> match_span(std::span<const int32_t> tokens);
+  void commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens);
+
   // counters
   uint64_t n_queries = 0, n_query_tokens = 0, n_hit_tokens = 0;
+  uint64_t n_span_queries = 0, n_span_hits = 0;
   double hit_rate() const {
     return n_query_tokens ? double(n_hit_tokens) / double(n_query_tokens) : 0.0;
   }
@@ -50,6 +58,9 @@ class BlockPool {
     std::list<int32_t>::iterator free_it;
   };
   void unhash(int32_t b);
+  // Registers a block under hash h with its tokens; false when h is taken.
+  bool store(int32_t id, uint64_t h, std::span<const int32_t> tokens);
+  static constexpr uint64_t kSpanRoot = 0x5350414e524f4f54ull;  // "SPANROOT"
 
   int32_t block_size_;
   uint64_t model_id_;

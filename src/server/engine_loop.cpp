@@ -75,6 +75,8 @@ void EngineLoop::add_jobs(std::deque<Job>& jobs) {
     };
     cb.on_done = [this, ch](const GenerateResult& r) {
       metrics_.add_tokens(uint64_t(r.n_prompt), r.tokens.size());
+      metrics_.add_spans(uint64_t(r.n_span_hits), uint64_t(r.n_span_misses),
+                         uint64_t(r.n_span_reused), uint64_t(r.n_span_recomputed));
       if (!r.tokens.empty()) metrics_.ttft.observe(r.ttft_ms / 1e3);
       live_.erase(ch.get());
       ch->finished = true;

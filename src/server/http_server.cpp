@@ -114,7 +114,8 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
 
 // spnl's span query (POST /v1/query/execute?stream=): g and repeat answer a
 // ChatCompletion, map a Completion; streams are completion chunks either way.
-OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool stream) {
+OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool stream,
+                           bool span_cache) {
   OpenAiRequest r;
   r.chat = q.top != SpanQuery::Top::Map;
   r.model = q.g.model;
@@ -141,6 +142,9 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
   } else {
     std::vector<std::pair<int32_t, int32_t>> spans;
     g.prompt = fit(span_prompt(view, flatten(q.g.input), spans));
+    // with the span cache, each plus child is a span whose KV is reused anywhere
+    if (span_cache)
+      for (auto [b, e] : spans) g.spans.push_back({b, e});
   }
   g.max_tokens = int32_t(std::min<int64_t>(q.g.max_tokens, view.n_ctx - int64_t(g.prompt.size())));
   return r;
@@ -154,7 +158,8 @@ void span_execute(Api& api, const httplib::Request& req, httplib::Response& res)
     const std::string stream = req.get_param_value("stream");
     if (!stream.empty() && stream != "true" && stream != "false")
       bad("stream", "stream must be true or false");
-    const OpenAiRequest r = span_request(q, api.view(*m), stream == "true");
+    const OpenAiRequest r =
+        span_request(q, api.view(*m), stream == "true", api.cfg.engine.span_cache);
     const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", r.chat ? "chatcmpl" : "cmpl", api.next_id++),
                           unix_now(), q.g.model};

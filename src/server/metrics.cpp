@@ -36,6 +36,13 @@ void Metrics::add_tokens(uint64_t prompt, uint64_t generated) {
   generated_tokens_ += generated;
 }
 
+void Metrics::add_spans(uint64_t hits, uint64_t misses, uint64_t reused, uint64_t recomputed) {
+  span_hits_ += hits;
+  span_misses_ += misses;
+  span_reused_ += reused;
+  span_recomputed_ += recomputed;
+}
+
 std::string Metrics::render(const EngineGauges& g) const {
   std::string out =
       "# HELP wick_requests_total HTTP requests by endpoint and status.\n# TYPE "
@@ -74,6 +81,17 @@ std::string Metrics::render(const EngineGauges& g) const {
       "wick_engines gauge\nwick_engines {}\n",
       prompt_tokens_.load(), generated_tokens_.load(), g.running, g.waiting, g.blocks_used,
       g.blocks_free, g.hit_rate, g.preemptions, g.engines);
+  out += fmt::format(
+      "# HELP wick_span_cache_hits_total Spans found in the span cache.\n# TYPE "
+      "wick_span_cache_hits_total counter\nwick_span_cache_hits_total {}\n"
+      "# HELP wick_span_cache_misses_total Spans computed by a span job.\n# TYPE "
+      "wick_span_cache_misses_total counter\nwick_span_cache_misses_total {}\n"
+      "# HELP wick_span_tokens_reused_total Span tokens whose K/V came from the span cache.\n# "
+      "TYPE wick_span_tokens_reused_total counter\nwick_span_tokens_reused_total {}\n"
+      "# HELP wick_span_tokens_recomputed_total Span tokens computed again with full attention "
+      "(the repair).\n# TYPE wick_span_tokens_recomputed_total counter\n"
+      "wick_span_tokens_recomputed_total {}\n",
+      span_hits_.load(), span_misses_.load(), span_reused_.load(), span_recomputed_.load());
   return out;
 }
 

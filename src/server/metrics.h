@@ -36,6 +36,8 @@ class Metrics {
  public:
   void count_request(const std::string& endpoint, int status);
   void add_tokens(uint64_t prompt, uint64_t generated);
+  // The span cache's counts of one finished request.
+  void add_spans(uint64_t hits, uint64_t misses, uint64_t reused, uint64_t recomputed);
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram inter_token{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
   std::string render(const EngineGauges& g) const;
@@ -44,6 +46,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0};
+  std::atomic<uint64_t> span_hits_{0}, span_misses_{0}, span_reused_{0}, span_recomputed_{0};
 };
 
 }  // namespace wick::server

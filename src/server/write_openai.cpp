@@ -51,6 +51,23 @@ json usage_json(int64_t n_prompt, int64_t n_gen) {
           {"total_tokens", n_prompt + n_gen}};
 }
 
+// wick's extras for a request with spans (summed over its choices): the
+// span cache's hits and misses and the span tokens reused and computed again.
+void add_span_usage(json& usage, const std::vector<GenerateResult>& results) {
+  int64_t hits = 0, misses = 0, reused = 0, recomputed = 0, cached = 0;
+  for (const auto& g : results) {
+    hits += g.n_span_hits, misses += g.n_span_misses;
+    reused += g.n_span_reused, recomputed += g.n_span_recomputed;
+    cached += g.n_reused;
+  }
+  if (hits + misses == 0) return;
+  usage["prompt_tokens_details"] = {{"cached_tokens", cached}};
+  usage["span_cache"] = {{"hits", hits},
+                         {"misses", misses},
+                         {"tokens_reused", reused},
+                         {"tokens_recomputed", recomputed}};
+}
+
 }  // namespace
 
 int64_t unix_now() {
@@ -94,9 +111,11 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
                          {"logprobs", lp},
                          {"finish_reason", finish_reason(g.stop_reason)}});
   }
+  json usage = usage_json(n_prompt, n_gen);
+  add_span_usage(usage, results);
   return {{"id", meta.id},           {"object", r.chat ? "chat.completion" : "text_completion"},
           {"created", meta.created}, {"model", meta.model},
-          {"choices", choices},      {"usage", usage_json(n_prompt, n_gen)}};
+          {"choices", choices},      {"usage", usage}};
 }
 
 OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta)

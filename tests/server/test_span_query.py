@@ -102,3 +102,27 @@ def test_spnl_client_over_openai(server, monkeypatch):
         {"map": {"metadata": {"model": name, "max_tokens": 6, "temperature": 0},
                  "inputs": ["The capital of France is", "One, two,"]}})))
     assert "Paris" in m.data
+
+
+@pytest.fixture(scope="module")
+def span_server():
+    from conftest import Server
+    s = Server("--span-cache")
+    yield s
+    assert s.proc.poll() is None, "the server died during the tests"
+    s.stop()
+
+
+def test_span_cache_reuses_documents_in_any_order(span_server):
+    docs = [d + " " + " ".join(f"Note {i} on this topic." for i in range(12)) for d in DOCS]
+    first = execute(span_server, rag("What is the capital of France?", docs), stream=False)
+    assert first["usage"]["span_cache"]["misses"] == 3
+    assert "Paris" in first["choices"][0]["message"]["content"]
+    again = execute(span_server, rag("What is the capital of Peru?", docs[::-1]), stream=False)
+    sc = again["usage"]["span_cache"]
+    assert sc["hits"] == 3 and sc["misses"] == 0
+    assert sc["tokens_reused"] > 0 and sc["tokens_recomputed"] > 0
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= sc["tokens_reused"]
+    assert "Lima" in again["choices"][0]["message"]["content"]
+    assert span_server.metric("wick_span_cache_hits_total") >= 3
+    assert span_server.metric("wick_span_tokens_reused_total") >= sc["tokens_reused"]

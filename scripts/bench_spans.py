@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Span cache: TTFT cold vs warm, and answer quality against full prefill.
+
+Runs `wick serve` on loopback and sends spnl span queries to
+POST /v1/query/execute: a system message, N documents as `plus` children,
+then a question. Documents are synthetic (about 500 tokens of filler
+sentences each) with one fact planted ("The access code of NAME is NUMBER.").
+
+  ttft     for N in --docs: cold (N new documents) and warm (the same
+           documents in another order, another question), greedy, 1 token;
+           time of the whole request, as a client sees its first token.
+  quality  --queries RAG questions; the first --tokens greedy tokens with the
+           span cache (each --recompute setting) against a server without it
+           (full prefill of the same messages): top-1 agreement per position,
+           exact match, and how often the planted number is in the answer.
+
+Standard library only (runs where `pip` is not available, e.g. a GPU box).
+Example: scripts/bench_spans.py --wick build/bin/wick --model ~/.cache/wick/models/smollm2.gguf
+"""
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import time
+import urllib.request
+
+WORDS = ("river mountain garden window silver market orange winter library engine paper signal "
+         "forest harbor castle yellow planet circle bridge pocket").split()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, wick, model, *extra):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([wick, "serve", "--model", model, "--port", str(self.port),
+                                      "--ctx-size", "16384", "--kv-memory", "2048", *extra],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("wick serve did not start")
+
+    def query(self, q):
+        req = urllib.request.Request(self.url + "/v1/query/execute?stream=false",
+                                     data=json.dumps(q).encode(), method="POST",
+                                     headers={"Content-Type": "text/plain"})
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as r:
+            out = json.loads(r.read())
+        return out, time.perf_counter() - t0
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def document(rng, fact, n_sentences=40):
+    sents = [f"The {rng.choice(WORDS)} near the {rng.choice(WORDS)} was {rng.choice(WORDS)}."
+             for _ in range(n_sentences)]
+    sents.insert(rng.randrange(len(sents) + 1), fact)
+    return " ".join(sents)
+
+
+def query(docs, question, max_tokens, model):
+    return {"g": {"model": model, "max_tokens": max_tokens, "temperature": 0, "input": {"cross": [
+        {"system": "Answer the question from the documents, briefly."},
+        {"plus": [{"user": d} for d in docs]},
+        {"user": question}]}}}
+
+
+def names(rng, n):
+    first = "Ada Bo Cy Dee Eli Fay Gus Hal Ivy Jo Kai Lu Mo Ned Oz Pia Quin Rex Sue Tod".split()
+    return [f"{rng.choice(first)}{i}" for i in range(n)]
+
+
+def ttft(args, model):
+    srv = Server(args.wick, args.model, "--span-cache", *args.serve_args)
+    rows = []
+    try:
+        for n_docs in args.docs:
+            rng = random.Random(n_docs)
+            who = names(rng, n_docs)
+            docs = [document(rng, f"The access code of {w} is {rng.randrange(1000, 9999)}.") for w in who]
+            srv.query(query(["warm-up"], "Hi?", 1, model))
+            cold, t_cold = srv.query(query(docs, f"What is the access code of {who[0]}?", 1, model))
+            shuffled = docs[:]
+            rng.shuffle(shuffled)
+            warm, t_warm = srv.query(query(shuffled, f"What is the access code of {who[-1]}?", 1, model))
+            rows.append((n_docs, cold["usage"]["prompt_tokens"], t_cold, t_warm,
+                         cold["usage"]["span_cache"], warm["usage"]["span_cache"]))
+            print(f"{n_docs} docs: prompt {rows[-1][1]} tokens, cold {t_cold * 1e3:.0f} ms, warm "
+                  f"{t_warm * 1e3:.0f} ms ({t_cold / t_warm:.1f}x); warm span cache {rows[-1][5]}", flush=True)
+    finally:
+        srv.stop()
+    print("\n| documents | prompt tokens | cold TTFT ms | warm TTFT ms | cold / warm | warm: tokens reused / recomputed |")
+    print("|---|---|---|---|---|---|")
+    for n, p, c, w, _, sw in rows:
+        print(f"| {n} | {p} | {c * 1e3:.0f} | {w * 1e3:.0f} | {c / w:.1f}x | {sw['tokens_reused']} / {sw['tokens_recomputed']} |")
+
+
+def quality(args, model):
+    rng = random.Random(1)
+    cases = []
+    for i in range(args.queries):
+        who = names(rng, args.quality_docs)
+        codes = [rng.randrange(1000, 9999) for _ in who]
+        docs = [document(rng, f"The access code of {w} is {c}.", 12) for w, c in zip(who, codes)]
+        k = rng.randrange(len(who))
+        cases.append((docs, f"What is the access code of {who[k]}? Answer with the number.", codes[k]))
+
+    def answers(extra, warm):
+        srv = Server(args.wick, args.model, *extra, *args.serve_args)
+        out = []
+        try:
+            for docs, q, _ in cases:
+                if warm:  # the documents cached by an earlier query, in another order
+                    srv.query(query(docs[::-1], "Summarise.", 1, model))
+                r, _ = srv.query(query(docs, q, args.tokens, model))
+                out.append(r["choices"][0]["message"]["content"])
+        finally:
+            srv.stop()
+        return out
+
+    def tokens(text):
+        return text.split()
+
+    ref = answers([], False)
+    acc_ref = sum(str(c) in a for a, (_, _, c) in zip(ref, cases)) / len(cases)
+    print(f"full prefill: answer accuracy {acc_ref:.0%}", flush=True)
+    print("\n| setting | exact match | agreement per word (first words) | answer accuracy |")
+    print("|---|---|---|---|")
+    print(f"| full prefill (reference) | 100% | 100% | {acc_ref:.0%} |")
+    for k in args.recompute:
+        got = answers(["--span-cache", "--span-recompute", str(k)], True)
+        exact = sum(g == r for g, r in zip(got, ref)) / len(cases)
+        agree = []
+        for g, r in zip(got, ref):
+            gw, rw = tokens(g), tokens(r)
+            n = max(len(gw), len(rw), 1)
+            agree.append(sum(1 for i in range(min(len(gw), len(rw))) if gw[i] == rw[i]) / n)
+        acc = sum(str(c) in a for a, (_, _, c) in zip(got, cases)) / len(cases)
+        print(f"| span cache, recompute {k} | {exact:.0%} | {sum(agree) / len(agree):.0%} | {acc:.0%} |", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["ttft", "quality", "both"])
+    ap.add_argument("--wick", default="build/bin/wick")
+    ap.add_argument("--model", default=os.path.expanduser("~/.cache/wick/models/smollm2.gguf"))
+    ap.add_argument("--docs", type=int, nargs="+", default=[4, 8, 16])
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--quality-docs", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--recompute", type=int, nargs="+", default=[0, 16, 32])
+    ap.add_argument("serve_args", nargs="*", help="after --: more `wick serve` options (e.g. --device cuda)")
+    args = ap.parse_args()
+    model = args.model  # the operator's --model string: clients may repeat it
+    if args.mode in ("ttft", "both"):
+        ttft(args, model)
+    if args.mode in ("quality", "both"):
+        quality(args, model)
+
+
+if __name__ == "__main__":
+    main()
