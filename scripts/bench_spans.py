@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import socket
 import subprocess
 import time
@@ -164,8 +165,9 @@ def main():
     ap.add_argument("--quality-docs", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--recompute", type=int, nargs="+", default=[0, 16, 32])
-    ap.add_argument("serve_args", nargs="*", help="after --: more `wick serve` options (e.g. --device cuda)")
+    ap.add_argument("--serve", default="", help="more `wick serve` options, e.g. '--device cuda'")
     args = ap.parse_args()
+    args.serve_args = shlex.split(args.serve)
     model = args.model  # the operator's --model string: clients may repeat it
     if args.mode in ("ttft", "both"):
         ttft(args, model)
