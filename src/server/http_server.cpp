@@ -244,6 +244,52 @@ void register_ollama(httplib::Server& svr, Api& api) {
   });
 }
 
+// What a cache-aware gateway reads of a worker (the SGLang Model Gateway's
+// regular HTTP workers): the served model, and the load.
+void register_worker(httplib::Server& svr, Api& api) {
+  svr.Get("/get_model_info", [&api](const httplib::Request&, httplib::Response& res) {
+    auto m = find_model(api.cfg.default_model, api.cfg.default_model, false);
+    const Tokenizer* tk = m->tokenizer.get();
+    json eos = json::array();
+    for (int32_t id : m->eog_ids) eos.push_back(id);
+    const int32_t n_ctx = api.view(*m).n_ctx;
+    send_json(res, 200,
+              {{"model_path", api.cfg.default_model},
+               {"tokenizer_path", api.cfg.default_model},
+               {"served_model_name", api.cfg.default_model},
+               {"is_generation", true},
+               {"supports_vision", false},
+               {"max_context_length", n_ctx},
+               {"max_req_input_len", n_ctx - 1},
+               {"vocab_size", m->config().n_vocab},
+               {"eos_token_ids", eos},
+               {"bos_token_id", tk && tk->bos_id ? json(*tk->bos_id) : json()},
+               {"pad_token_id", tk && tk->pad_id ? json(*tk->pad_id) : json()},
+               {"model_type", arch_name(m->config().arch)},
+               {"weight_version", "default"}});
+  });
+  auto load = [&api] {
+    const EngineGauges g = api.loop.gauges();
+    return json{{"num_reqs", g.running + g.waiting},
+                {"num_running_reqs", g.running},
+                {"num_waiting_reqs", g.waiting},
+                {"kv_blocks_used", g.blocks_used},
+                {"kv_blocks_free", g.blocks_free}};
+  };
+  svr.Get("/get_load",
+          [load](const httplib::Request&, httplib::Response& res) { send_json(res, 200, load()); });
+  svr.Get("/get_server_info", [&api, load](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200,
+              {{"model_path", api.cfg.default_model},
+               {"served_model_name", api.cfg.default_model},
+               {"max_batch_tokens", api.cfg.engine.max_batch_tokens},
+               {"max_running_requests", api.cfg.engine.max_seqs},
+               {"max_queue", api.cfg.max_queue},
+               {"span_cache", api.cfg.engine.span_cache},
+               {"load", load()}});
+  });
+}
+
 httplib::Server* g_server = nullptr;
 void on_signal(int) {
   if (g_server) g_server->stop();
@@ -296,8 +342,10 @@ int serve(const ServerConfig& cfg) {
     send_json(res, ok ? 200 : 503, {{"status", ok ? "ok" : "unavailable"}});
   });
   svr.Get("/metrics", [&api](const httplib::Request&, httplib::Response& res) {
-    res.set_content(api.metrics.render(api.loop.gauges()), "text/plain; version=0.0.4");
+    res.set_content(api.metrics.render(api.loop.gauges(), api.cfg.default_model),
+                    "text/plain; version=0.0.4");
   });
+  register_worker(svr, api);
   register_openai(svr, api);
   register_ollama(svr, api);
   g_server = &svr;

@@ -43,7 +43,7 @@ void Metrics::add_spans(uint64_t hits, uint64_t misses, uint64_t reused, uint64_
   span_recomputed_ += recomputed;
 }
 
-std::string Metrics::render(const EngineGauges& g) const {
+std::string Metrics::render(const EngineGauges& g, const std::string& model) const {
   std::string out =
       "# HELP wick_requests_total HTTP requests by endpoint and status.\n# TYPE "
       "wick_requests_total counter\n";
@@ -92,6 +92,27 @@ std::string Metrics::render(const EngineGauges& g) const {
       "(the repair).\n# TYPE wick_span_tokens_recomputed_total counter\n"
       "wick_span_tokens_recomputed_total {}\n",
       span_hits_.load(), span_misses_.load(), span_reused_.load(), span_recomputed_.load());
+  // The same gauges under vLLM's names, as the Gateway API Inference
+  // Extension's model-server protocol and llm-d's scheduler read them.
+  const double kv_usage = g.blocks_used + g.blocks_free > 0
+                              ? double(g.blocks_used) / double(g.blocks_used + g.blocks_free)
+                              : 0.0;
+  std::string label = model;
+  for (char& ch : label)
+    if (ch == '"' || ch == '\\' || ch == '\n') ch = '_';
+  out += fmt::format(
+      "# HELP vllm:num_requests_running Requests being computed (wick_running_sequences).\n"
+      "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name=\"{0}\"}} "
+      "{1}\n"
+      "# HELP vllm:num_requests_waiting Requests queued (wick_waiting_sequences).\n"
+      "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{model_name=\"{0}\"}} "
+      "{2}\n"
+      "# HELP vllm:gpu_cache_usage_perc KV-cache blocks in use, 0 to 1 (on the CPU too).\n"
+      "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{{model_name=\"{0}\"}} "
+      "{3}\n"
+      "# HELP vllm:kv_cache_usage_perc KV-cache blocks in use, 0 to 1.\n"
+      "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{model_name=\"{0}\"}} {3}\n",
+      label, g.running, g.waiting, kv_usage);
   return out;
 }
 

@@ -40,7 +40,8 @@ class Metrics {
   void add_spans(uint64_t hits, uint64_t misses, uint64_t reused, uint64_t recomputed);
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram inter_token{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
-  std::string render(const EngineGauges& g) const;
+  // model: the served model, the label of the vLLM-named gauges.
+  std::string render(const EngineGauges& g, const std::string& model) const;
 
  private:
   mutable std::mutex mu_;
