@@ -30,8 +30,9 @@ struct Item {
 }  // namespace
 
 void RopeTable::ensure(const float* inv_freq, int64_t head_dim, int64_t n_pos) {
-  if (inv_freq != freq_ || head_dim != head_dim_) {
-    freq_ = inv_freq;
+  // Keyed on the frequencies' values: another model's buffer may reuse the address.
+  if (head_dim != head_dim_ || !std::equal(freq_.begin(), freq_.end(), inv_freq)) {
+    freq_.assign(inv_freq, inv_freq + head_dim / 2);
     head_dim_ = head_dim;
     n_pos_ = 0;
     cs_.clear();

@@ -35,7 +35,7 @@ class RopeTable {
   const float* row(int64_t pos) const { return cs_.data() + pos * head_dim_; }  // cos | sin
 
  private:
-  const float* freq_ = nullptr;
+  std::vector<float> freq_;  // the inv_freq it was computed for
   int64_t head_dim_ = 0, n_pos_ = 0;
   std::vector<float> cs_;  // [n_pos][head_dim]: cos of the half, then sin
 };
