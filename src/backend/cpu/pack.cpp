@@ -1,5 +1,6 @@
 // Repacking weights into panels of 16 rows (see packed.h), once at load.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,11 +19,17 @@ void AlignedFree::operator()(uint8_t* p) const {
   std::free(p);
 }
 
-AlignedBytes aligned_bytes(size_t n) {
-  const size_t bytes = (std::max<size_t>(n, 1) + 63) / 64 * 64;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+AlignedBytes aligned_bytes(size_t n, bool zero) {
+  // Large buffers (packed weights) on 2 MiB boundaries with transparent huge pages
+  // asked for: a 1 GB matrix is 500 faults, not 250,000.
+  constexpr size_t kHuge = size_t(2) << 20;
+  const bool huge = n >= kHuge;
+  const size_t align = huge ? kHuge : 64;
+  const size_t bytes = (std::max<size_t>(n, 1) + align - 1) / align * align;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(align, bytes));
   if (!p) throw std::bad_alloc();
-  std::memset(p, 0, bytes);
+  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+  if (zero) std::memset(p, 0, bytes);
   return AlignedBytes(p);
 }
 
@@ -165,23 +172,35 @@ void block_scales(DType t, const uint8_t* src, uint8_t* rec, int c) {
   }
 }
 
-// Code u of element e (0..31) of row c into a 32-element group's codes.
-void put_code(DType t, uint8_t* g, int c, int e, uint8_t u) {
-  const int kg = e / 4, j = e % 4, lane = 4 * c + j;
+// The codes u[0..31] of row c into a 32-element group's codes g (packed.h's layout).
+template <int Bits>
+void put_group(uint8_t* g, int c, const uint8_t* u) {
+  if constexpr (Bits == 8) {
+    for (int kg = 0; kg < 8; ++kg) std::memcpy(g + 64 * kg + 4 * c, u + 4 * kg, 4);
+    return;
+  }
+  for (int t = 0; t < 4; ++t)  // k-groups 2t (low nibbles) and 2t + 1 (high)
+    for (int j = 0; j < 4; ++j)
+      g[64 * t + 4 * c + j] = uint8_t((u[8 * t + j] & 15) | (u[8 * t + 4 + j] & 15) << 4);
+  for (int kg = 0; kg < 8; ++kg)
+    for (int j = 0; j < 4; ++j) {
+      const int lane = 4 * c + j, hi = u[4 * kg + j] >> 4;
+      if constexpr (Bits == 5) g[256 + 8 * kg + lane / 8] |= uint8_t((hi & 1) << (lane % 8));
+      if constexpr (Bits == 6) g[256 + 64 * (kg / 4) + lane] |= uint8_t((hi & 3) << (2 * (kg % 4)));
+    }
+}
+
+void put_group(DType t, uint8_t* g, int c, const uint8_t* u) {
   switch (code_bits(t)) {
     case 8:
-      g[64 * kg + lane] = u;
-      return;
+      return put_group<8>(g, c, u);
     case 6:
-      g[256 + 64 * (kg / 4) + lane] |= uint8_t(((u >> 4) & 3) << (2 * (kg % 4)));
-      break;
+      return put_group<6>(g, c, u);
     case 5:
-      g[256 + 8 * kg + lane / 8] |= uint8_t(((u >> 4) & 1) << (lane % 8));
-      break;
+      return put_group<5>(g, c, u);
     default:
-      break;
+      return put_group<4>(g, c, u);
   }
-  g[64 * (kg / 2) + lane] |= uint8_t((u & 15) << (4 * (kg % 2)));
 }
 
 uint8_t get_code(DType t, const uint8_t* g, int c, int e) {
@@ -227,13 +246,15 @@ AlignedBytes pack_matrix(const Weight& w, PackedMatrix& m) {
     }
   }
   m.panel_bytes = m.codes_bytes + scales;
-  AlignedBytes buf = aligned_bytes(size_t(m.n_panels) * m.panel_bytes);
+  // Each panel is zeroed (padding, or-ed bits) by the thread that fills it, while it is in cache.
+  AlignedBytes buf = aligned_bytes(size_t(m.n_panels) * m.panel_bytes, false);
   m.data = buf.get();
   const int64_t n_in = w.n_in;
 #pragma omp parallel for schedule(static) num_threads(n_threads()) if (w.n_out * n_in > (1 << 20))
   for (int64_t p = 0; p < m.n_panels; ++p) {
     uint8_t* codes = m.data + size_t(p) * m.panel_bytes;
     uint8_t* sc = codes + m.codes_bytes;
+    std::memset(codes, 0, m.panel_bytes);
     uint8_t u[256];
     for (int c = 0; c < kPanel; ++c) {
       const int64_t o = p * kPanel + c;
@@ -256,10 +277,8 @@ AlignedBytes pack_matrix(const Weight& w, PackedMatrix& m) {
           for (int64_t b = 0; b < n_in / bs; ++b) {
             block_codes(t, row + size_t(b) * bb, u);
             block_scales(t, row + size_t(b) * bb, sc + size_t(b) * sb, c);
-            for (int e = 0; e < bs; ++e) {
-              const int64_t k = b * bs + e;
-              put_code(t, codes + size_t(k / 32) * group_code_bytes(t), c, int(k % 32), u[e]);
-            }
+            for (int e = 0; e < bs; e += 32)
+              put_group(t, codes + size_t((b * bs + e) / 32) * group_code_bytes(t), c, u + e);
           }
         }
       }
@@ -286,8 +305,9 @@ void unpack_row(const PackedMatrix& m, int64_t o, float* out) {
     }
     if (t == DType::F16 || t == DType::BF16) {
       uint16_t h;
-      std::memcpy(&h, t == DType::F16 ? codes + k * 32 + 2 * c : codes + (k / 2) * 64 + 4 * c + 2 * (k % 2),
-                  2);
+      std::memcpy(
+          &h, t == DType::F16 ? codes + k * 32 + 2 * c : codes + (k / 2) * 64 + 4 * c + 2 * (k % 2),
+          2);
       out[k] = t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
       continue;
     }
@@ -324,22 +344,34 @@ void unpack_row(const PackedMatrix& m, int64_t o, float* out) {
   }
 }
 
-GemmPath choose_path(DType t, int64_t n_in, const SimdKernels& k) {
+bool can_pack(DType t, int64_t n_in) {
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) return true;
+  return code_bits(t) > 0 && n_in % scale_block(t) == 0;
+}
+
+PackedWeight pack_weight(const Weight& w) {
+  PackedWeight p;
+  p.m.path = choose_path(w.dtype, simd());
+  p.bytes = pack_matrix(w, p.m);
+  return p;
+}
+
+GemmPath choose_path(DType t, const SimdKernels& k) {
   static const std::string mode = [] {
     const char* e = std::getenv("WICK_MATMUL");
-    return std::string(e ? e : "");
+    std::string m = e ? e : "";
+    if (!m.empty() && m != "exact" && m != "fast")
+      throw std::runtime_error("WICK_MATMUL=" + m + ": not one of exact, fast");
+    return m;
   }();
-  if (mode == "exact") return GemmPath::F32;
-  const bool fast = mode == "fast";
+  if (mode == "exact" || !code_bits(t)) {
+    if (mode == "fast" && t == DType::BF16 && k.bf16_dp) return GemmPath::BF16;
+    return GemmPath::F32;
+  }
   switch (t) {
-    case DType::F32:
-    case DType::F16:
-      return GemmPath::F32;
-    case DType::BF16:
-      return k.bf16_dp && (fast || n_in >= 256) ? GemmPath::BF16 : GemmPath::F32;
-    case DType::Q4_1:  // SmolLM2's layers: held to 1e-4 of a float64 reference
-    case DType::Q8_0:  // SmolLM2's output head, likewise
-      return fast ? GemmPath::I8 : GemmPath::F32;
+    case DType::Q4_1:  // SmolLM2's layers: its logits are held to 1e-4 of a float64 forward
+    case DType::Q8_0:  // SmolLM2's output matrix, likewise; and 8-bit weights gain least
+      return mode == "fast" ? GemmPath::I8 : GemmPath::F32;
     default:
       return GemmPath::I8;
   }

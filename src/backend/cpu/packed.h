@@ -111,20 +111,34 @@ struct AlignedFree {
   void operator()(uint8_t* p) const;
 };
 using AlignedBytes = std::unique_ptr<uint8_t[], AlignedFree>;
-AlignedBytes aligned_bytes(size_t n);  // 64-byte aligned, zeroed
+AlignedBytes aligned_bytes(size_t n, bool zero = true);  // 64-byte aligned (zeroed)
 
 // Repacks w (rows of its stored type) into m (path left as given); returns the buffer it owns.
 AlignedBytes pack_matrix(const Weight& w, PackedMatrix& m);
+// Whether a weight of this type and row length has a packed form.
+bool can_pack(DType t, int64_t n_in);
+
+// A weight packed for this CPU's kernel set and the bytes it owns.
+struct PackedWeight {
+  PackedMatrix m;
+  AlignedBytes bytes;
+};
+PackedWeight pack_weight(const Weight& w);  // w must pass can_pack
+
+// y [n_rows, m.n_out] = x [n_rows, m.n_in] times m transposed, on every core.
+void matmul_packed(const PackedMatrix& m, const float* x, int64_t n_rows, float* y);
 // Row o of m, dequantized with the reference formulas (for tests).
 void unpack_row(const PackedMatrix& m, int64_t o, float* out);
 
-// The path the matrix multiply takes for a weight of this type and width on
-// this kernel set: I8 for the quantized types whose logits tests allow
-// 8-bit activations, BF16 for bf16 weights of rows of at least 256 where the
-// kernel set has vdpbf16ps, else F32. WICK_MATMUL=exact forces F32 for every
-// type, WICK_MATMUL=fast I8 for every quantized type and BF16 for every bf16.
+// The path the matrix multiply takes for a weight of this type on this kernel
+// set. By default the exact F32 path wherever a test holds the logits to a
+// float64 or transformers reference computed with f32 activations (f32, f16
+// and bf16 weights; Q4_1 and Q8_0, SmolLM2's types), I8 for the other block
+// types (4- to 6-bit weights, whose own rounding is larger than that of 8-bit
+// activations). WICK_MATMUL=exact: F32 for every type; WICK_MATMUL=fast: I8
+// for every block type and BF16 for bf16 weights where the set has vdpbf16ps.
 struct SimdKernels;
-GemmPath choose_path(DType t, int64_t n_in, const SimdKernels& k);
+GemmPath choose_path(DType t, const SimdKernels& k);
 
 // Activations quantized for the I8 path: per row, k_pad int8 values, then per
 // block of 32 its scale, the sum of its 32 values times the scale, and the
