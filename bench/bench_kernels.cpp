@@ -118,11 +118,12 @@ void BM_Gemm(benchmark::State& st, DType t, cpu::GemmPath path) {
   st.SetLabel(k.isa);
 }
 [[maybe_unused]] const bool kGemmRegistered = [] {
-  const char* names[] = {"f32", "i8", "bf16"};
+  const char* names[] = {"f32", "i8", "bf16", "i8x3"};
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                   DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
-    for (auto p : {cpu::GemmPath::F32, cpu::GemmPath::I8, cpu::GemmPath::BF16}) {
-      if ((p == cpu::GemmPath::I8 && !cpu::code_bits(t)) ||
+    for (auto p :
+         {cpu::GemmPath::F32, cpu::GemmPath::I8, cpu::GemmPath::I8X3, cpu::GemmPath::BF16}) {
+      if ((p != cpu::GemmPath::F32 && p != cpu::GemmPath::BF16 && !cpu::code_bits(t)) ||
           (p == cpu::GemmPath::BF16 && t != DType::BF16))
         continue;
       benchmark::RegisterBenchmark(

@@ -1,13 +1,14 @@
 // The blocked CPU matrix multiply on packed weights (backend/cpu/packed.h), on
 // every kernel set this CPU has x every weight type x every path the type takes
-// (F32 always; I8 for the block types; BF16 for bf16 weights where the set has
-// vdpbf16ps), with odd shapes (partial panels, panel groups and k chunks):
+// (F32 always; I8 and I8X3 for the block types; BF16 for bf16 weights where the
+// set has vdpbf16ps), with odd shapes (partial panels, panel groups and k chunks):
 // - packing: every packed weight unpacks to exactly dequantize_row_ref's value;
 // - batch invariance: each row of an N-row product is bit-identical to the same
 //   row multiplied alone, and to any split of the panels (threads);
 // - against a float64 dot product: F32 within 1e-5 of sum |w x|; I8 and BF16
 //   within 1e-5 of the product of the activations as the path rounds them, and
-//   within the rounding's own bound of the product of the f32 activations.
+//   within the rounding's own bound of the product of the f32 activations (I8X3:
+//   activations within 2e-7 of their block's largest).
 // Then the same through the CPU backend (prepare_matrix + matmul), decode equal
 // to prefill, with the kernel set and paths picked at run time.
 #include <gtest/gtest.h>
@@ -52,12 +53,14 @@ void make_acts(const cpu::SimdKernels& k, const cpu::PackedMatrix& m, const floa
   a.n_rows = n_rows;
   a.x = x;
   a.ldx = m.n_in;
-  if (m.path == cpu::GemmPath::I8) {
-    a.ldq = m.k_pad;
-    a.ldb = m.k_pad / 32;
+  if (m.path == cpu::GemmPath::I8 || m.path == cpu::GemmPath::I8X3) {
+    const int n_levels = m.path == cpu::GemmPath::I8X3 ? 3 : 1;
+    a.ldq = n_levels * m.k_pad;
+    a.ldb = n_levels * m.k_pad / 32;
     out.q.assign(size_t(n_rows * a.ldq), 0);
     out.blk.assign(size_t(n_rows * a.ldb), {});
-    k.quantize_rows(x, m.n_in, n_rows, m.n_in, out.q.data(), a.ldq, out.blk.data(), a.ldb);
+    k.quantize_rows(x, m.n_in, n_rows, m.n_in, n_levels, out.q.data(), a.ldq, out.blk.data(),
+                    a.ldb);
     a.q = out.q.data();
     a.blk = out.blk.data();
   } else if (m.path == cpu::GemmPath::BF16) {
@@ -89,6 +92,13 @@ double act_as_used(const Acts& acts, cpu::GemmPath p, int64_t r, int64_t i) {
   switch (p) {
     case cpu::GemmPath::I8:
       return double(a.q[r * a.ldq + i]) * a.blk[r * a.ldb + i / 32].d;
+    case cpu::GemmPath::I8X3: {
+      double v = 0;
+      for (int64_t l = 0; l < 3; ++l)
+        v += double(a.q[r * a.ldq + l * a.ldq / 3 + i]) *
+             a.blk[r * a.ldb + l * a.ldb / 3 + i / 32].d;
+      return v;
+    }
     case cpu::GemmPath::BF16: {
       uint16_t h;
       std::memcpy(&h, reinterpret_cast<const uint8_t*>(a.h + r * a.ldh) + 2 * i, 2);
@@ -113,7 +123,10 @@ TEST_P(Gemm, PackedProductsAreExactBatchInvariantAndMatchFloat64) {
   const cpu::SimdKernels* k = cpu::simd_for(isa);
   if (!k) GTEST_SKIP() << "this CPU has no " << isa << " (cpuid)";
   std::vector<cpu::GemmPath> paths{cpu::GemmPath::F32};
-  if (cpu::code_bits(t)) paths.push_back(cpu::GemmPath::I8);
+  if (cpu::code_bits(t)) {
+    paths.push_back(cpu::GemmPath::I8);
+    paths.push_back(cpu::GemmPath::I8X3);
+  }
   if (t == DType::BF16 && k->bf16_dp) paths.push_back(cpu::GemmPath::BF16);
   std::mt19937 rng(11 + unsigned(t));
   std::normal_distribution<float> nd;
@@ -185,6 +198,15 @@ TEST_P(Gemm, PackedProductsAreExactBatchInvariantAndMatchFloat64) {
                 ASSERT_LE(std::fabs(act_as_used(acts, p, r, i) - x[size_t(r * n_in + i)]),
                           0.5001 * acts.a.blk[r * acts.a.ldb + i / 32].d)
                     << where;
+            }
+            // three levels: within 2e-7 of the block's largest activation
+            if (p == cpu::GemmPath::I8X3) {
+              for (int64_t i = 0; i < n_in; ++i) {
+                const double amax = 127.0 * acts.a.blk[r * acts.a.ldb + i / 32].d;
+                ASSERT_LE(std::fabs(act_as_used(acts, p, r, i) - x[size_t(r * n_in + i)]),
+                          2e-7 * amax)
+                    << where;
+              }
             }
             ASSERT_LE(std::fabs(v - exact), round + 1e-5 * mag + 1e-30) << where << " row " << r;
           }

@@ -28,9 +28,11 @@ ActRows activations(const PackedMatrix& m, const float* x, int64_t n_rows, bool 
       a.x = x;
       a.ldx = m.n_in;
       break;
-    case GemmPath::I8: {
-      a.ldq = m.k_pad;
-      a.ldb = m.k_pad / 32;
+    case GemmPath::I8:
+    case GemmPath::I8X3: {
+      const int n_levels = m.path == GemmPath::I8X3 ? 3 : 1;
+      a.ldq = n_levels * m.k_pad;
+      a.ldb = n_levels * m.k_pad / 32;
       if (q.size() < size_t(n_rows * a.ldq)) q.resize(size_t(n_rows * a.ldq));
       if (blk.size() < size_t(n_rows * a.ldb)) blk.resize(size_t(n_rows * a.ldb));
       // (the workers below see these buffers through a, not by their thread_local names)
@@ -41,8 +43,8 @@ ActRows activations(const PackedMatrix& m, const float* x, int64_t n_rows, bool 
       // one row per iteration: a row's values never depend on the others
 #pragma omp parallel for schedule(static) num_threads(n_threads()) if (parallel && n_rows >= 8)
       for (int64_t r = 0; r < n_rows; ++r)
-        k.quantize_rows(x + r * m.n_in, m.n_in, 1, m.n_in, qp + r * a.ldq, a.ldq, bp + r * a.ldb,
-                        a.ldb);
+        k.quantize_rows(x + r * m.n_in, m.n_in, 1, m.n_in, n_levels, qp + r * a.ldq, a.ldq,
+                        bp + r * a.ldb, a.ldb);
       break;
     }
     case GemmPath::BF16: {

@@ -29,14 +29,18 @@
 //   F32  activations stay f32; weights decoded to f32 (exact products).
 //   I8   activations quantized per row in blocks of 32 (int8, f32 scale, sums
 //        per 16), integer dot products per block (VNNI vpdpbusd or maddubs).
+//   I8X3 the I8 form three times: x ~ d1 q1 + d2 q2 + d3 q3, each level
+//        quantizing what the one before left, so that a block's activations
+//        are within about 1e-7 of its largest (f32 rounding is 6e-8); one
+//        integer sum per level.
 //   BF16 (BF16 weights on a CPU with AVX512_BF16) activations rounded to
 //        bf16, products by vdpbf16ps.
 // Reduction order: each output element is one chain of operations in k
 // order, carried by one vector lane: f32 and BF16 paths one FMA (or one
 // vdpbf16ps pair) per k step; I8 one exact integer sum per block (or 16-half
 // for Q6_K) folded into the f32 accumulator by one FMA (and one for the min
-// term). The chain is the same whatever the tile, the thread or the number
-// of rows, so a row's results do not depend on the rest of the batch.
+// term), I8X3 the same for each level in turn. The chain is the same whatever the tile, the thread
+// or the number of rows, so a row's results do not depend on the rest of the batch.
 #pragma once
 
 #include <cstddef>
@@ -49,7 +53,7 @@ namespace wick::cpu {
 
 constexpr int kPanel = 16;  // output rows per panel
 
-enum class GemmPath : uint8_t { F32, I8, BF16 };
+enum class GemmPath : uint8_t { F32, I8, BF16, I8X3 };
 
 struct PackedMatrix {
   DType dtype = DType::F32;
@@ -131,12 +135,13 @@ void matmul_packed(const PackedMatrix& m, const float* x, int64_t n_rows, float*
 void unpack_row(const PackedMatrix& m, int64_t o, float* out);
 
 // The path the matrix multiply takes for a weight of this type on this kernel
-// set. By default the exact F32 path wherever a test holds the logits to a
-// float64 or transformers reference computed with f32 activations (f32, f16
-// and bf16 weights; Q4_1 and Q8_0, SmolLM2's types), I8 for the other block
-// types (4- to 6-bit weights, whose own rounding is larger than that of 8-bit
-// activations). WICK_MATMUL=exact: F32 for every type; WICK_MATMUL=fast: I8
-// for every block type and BF16 for bf16 weights where the set has vdpbf16ps.
+// set. By default F32 for f32, f16 and bf16 weights (the transformers logits
+// tests hold them to 1e-4 of f32-activation references, which bf16
+// activations miss by 5e-3); I8X3 for Q4_1 and Q8_0 (SmolLM2's types, held to
+// 1e-4 of a float64 forward, which int8 activations miss by 5.8e-2); I8 for
+// the other block types. WICK_MATMUL=exact: F32 for every type;
+// WICK_MATMUL=fast: I8 for every block type and BF16 for bf16 weights where
+// the set has vdpbf16ps.
 struct SimdKernels;
 GemmPath choose_path(DType t, const SimdKernels& k);
 
@@ -156,7 +161,7 @@ struct ActRows {
   // F32
   const float* x = nullptr;
   int64_t ldx = 0;  // floats between rows
-  // I8
+  // I8, I8X3 (the levels of a row k_pad bytes and k_pad / 32 blocks apart)
   const int8_t* q = nullptr;
   const ActBlock* blk = nullptr;
   int64_t ldq = 0;  // bytes between rows of q
