@@ -39,8 +39,9 @@
 // order, carried by one vector lane: f32 and BF16 paths one FMA (or one
 // vdpbf16ps pair) per k step; I8 one exact integer sum per block (or 16-half
 // for Q6_K) folded into the f32 accumulator by one FMA (and one for the min
-// term), I8X3 the same for each level in turn. The chain is the same whatever the tile, the thread
-// or the number of rows, so a row's results do not depend on the rest of the batch.
+// term), I8X3 the same for each level in turn. The chain is the same whatever
+// the tile, the thread or the number of rows, so a row's results do not
+// depend on the rest of the batch.
 #pragma once
 
 #include <cstddef>
