@@ -3,6 +3,7 @@
 // prepared: tests, tools) by one dot per (weight row, activation row).
 #include <omp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -64,10 +65,10 @@ void matmul_packed(const PackedMatrix& m, const float* x, int64_t n_rows, float*
   const auto& k = simd();
   const bool parallel = m.n_out * m.n_in * n_rows > 32768;
   const ActRows a = activations(m, x, n_rows, parallel);
+  // Contiguous runs of panels per thread: a panel's outputs are computed the
+  // same way whoever computes them.
   const int n_t = parallel ? int(std::min<int64_t>(n_threads(), m.n_panels)) : 1;
   if (n_t == 1) return k.gemm(m, a, 0, m.n_panels, y);
-    // Contiguous runs of panels per thread: a panel's outputs are computed the
-    // same way whoever computes them.
 #pragma omp parallel num_threads(n_t)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();

@@ -364,14 +364,13 @@ GemmPath choose_path(DType t, const SimdKernels& k) {
       throw std::runtime_error("WICK_MATMUL=" + m + ": not one of exact, fast");
     return m;
   }();
-  if (mode == "exact" || !code_bits(t)) {
-    if (mode == "fast" && t == DType::BF16 && k.bf16_dp) return GemmPath::BF16;
-    return GemmPath::F32;
-  }
+  if (!code_bits(t))  // f32, f16, bf16
+    return mode == "fast" && t == DType::BF16 && k.bf16_dp ? GemmPath::BF16 : GemmPath::F32;
+  if (mode == "exact") return GemmPath::F32;
+  if (mode == "fast") return GemmPath::I8;
   // SmolLM2's types: its logits are held to 1e-4 of a float64 forward, and int8 activations
   // in its Q4_1 layers or its Q8_0 output matrix alone give 5.8e-2.
-  if ((t == DType::Q4_1 || t == DType::Q8_0) && mode != "fast") return GemmPath::I8X3;
-  return GemmPath::I8;
+  return t == DType::Q4_1 || t == DType::Q8_0 ? GemmPath::I8X3 : GemmPath::I8;
 }
 
 }  // namespace wick::cpu
