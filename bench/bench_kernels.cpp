@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/packed.h"
 #include "backend/cpu/simd.h"
 #include "io/quant_blocks.h"
 
@@ -84,6 +85,55 @@ BENCHMARK_CAPTURE(BM_Matmul, q8_0, DType::Q8_0)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q4_0, DType::Q4_0)->Arg(1)->Arg(32);
 BENCHMARK_CAPTURE(BM_Matmul, q4_1, DType::Q4_1)->Arg(1)->Arg(32);
 
+// The blocked multiply on packed weights, one thread, the default kernel set, each path a type
+// takes: y = W x for 896 -> 4864 (1024 -> 4864 for the K types: whole blocks), n_rows tokens.
+void BM_Gemm(benchmark::State& st, DType t, cpu::GemmPath path) {
+  const auto& k = cpu::simd();
+  if (path == cpu::GemmPath::BF16 && !k.bf16_dp) {
+    st.SkipWithError("this kernel set has no vdpbf16ps");
+    return;
+  }
+  const int64_t n_in = traits(t).block_size == 256 ? 1024 : 896, n_out = 4864;
+  const int64_t n_rows = st.range(0);
+  std::mt19937 rng(1);
+  auto wbytes = random_weight(t, n_out, n_in, rng);
+  cpu::PackedMatrix m;
+  m.path = path;
+  const cpu::AlignedBytes packed = cpu::pack_matrix(Weight{t, n_out, n_in, wbytes.data()}, m);
+  std::vector<float> x(size_t(n_rows * n_in)), y(size_t(n_rows * n_out));
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  cpu::set_n_threads(1);
+  for (auto _ : st) {
+    cpu::matmul_packed(m, x.data(), n_rows, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  cpu::set_n_threads(0);
+  st.counters["GFLOP/s"] = benchmark::Counter(double(2 * n_in * n_out * n_rows),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+  st.counters["weight_GB/s"] =
+      benchmark::Counter(double(wbytes.size()), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  st.SetLabel(k.isa);
+}
+[[maybe_unused]] const bool kGemmRegistered = [] {
+  const char* names[] = {"f32", "i8", "bf16", "i8x3"};
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (auto p :
+         {cpu::GemmPath::F32, cpu::GemmPath::I8, cpu::GemmPath::I8X3, cpu::GemmPath::BF16}) {
+      if ((p != cpu::GemmPath::F32 && p != cpu::GemmPath::BF16 && !cpu::code_bits(t)) ||
+          (p == cpu::GemmPath::BF16 && t != DType::BF16))
+        continue;
+      benchmark::RegisterBenchmark(
+          (std::string("BM_Gemm/") + dtype_name(t) + "/" + names[int(p)]).c_str(), BM_Gemm, t, p)
+          ->Arg(1)
+          ->Arg(128);
+    }
+  return true;
+}();
+
 // One thread, one kernel set: dot_row over every row of a 4864 x 1024 weight (the fused decode
 // kernel), and dequant_row + dot (what prefill does per weight row and activation row). 1024
 // (Qwen3-0.6B's width) rather than 896 so that K-quant rows are whole blocks.
@@ -120,7 +170,7 @@ void BM_DotRow(benchmark::State& st, const char* isa, DType t, bool fused) {
 [[maybe_unused]] const bool kDotRowRegistered = [] {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                   DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
-    for (const char* isa : {"generic", "avx2", "avx512"})
+    for (const char* isa : {"generic", "avx2", "avx512", "avx512bf16"})
       for (bool fused : {true, false})
         benchmark::RegisterBenchmark(
             (std::string(fused ? "BM_DotRow/" : "BM_DequantDot/") + dtype_name(t) + "/" + isa)

@@ -102,8 +102,8 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 
 // Runs `ids` as one sequence in chunks of `chunk` tokens (0 = one pass) and
 // returns the logits of every position, [n, n_vocab].
-// On `be` with weights `w` prepared for it (the CPU and the model's own
-// weights by default).
+// On `be` with weights `w` prepared for it (by default the model's weights
+// prepared for a CPU backend).
 inline std::vector<float> run_all_logits(Backend& be, const ModelConfig& c, const ModelWeights& w,
                                          const std::vector<int32_t>& ids, int64_t chunk = 0,
                                          bool pre_rope = false) {
@@ -124,9 +124,15 @@ inline std::vector<float> run_all_logits(Backend& be, const ModelConfig& c, cons
   s = ForwardScratch{};
   return out;
 }
+// The model's weights prepared for a CPU backend of their own (repacked for
+// the blocked multiply, as the engine runs them).
+inline std::unique_ptr<DeviceModel> cpu_model(const Model& m) {
+  return prepare_model(m, make_cpu_backend());
+}
 inline std::vector<float> run_all_logits(const Model& m, const std::vector<int32_t>& ids,
                                          int64_t chunk = 0) {
-  return run_all_logits(cpu_backend(), m.config, m.weights, ids, chunk);
+  auto dm = cpu_model(m);
+  return run_all_logits(*dm->backend, m.config, dm->weights, ids, chunk);
 }
 
 struct StTensor {

@@ -59,8 +59,9 @@ TEST_P(TinyModel, ThreePromptsInOneBatchEqualSeparateRuns) {
   for (auto& p : ref["prompts"]) prompts.push_back(p["ids"].get<std::vector<int32_t>>());
   int64_t n_max = 0;
   for (auto& p : prompts) n_max = std::max<int64_t>(n_max, int64_t(p.size()));
-  auto kv =
-      cpu_backend().make_kv(c.n_layer, 3, n_max, c.kv_dim());  // a block of n_max per sequence
+  auto dm = cpu_model(*m);
+  Backend& be = *dm->backend;
+  auto kv = be.make_kv(c.n_layer, 3, n_max, c.kv_dim());  // a block of n_max per sequence
   Batch b;
   b.block_tables = {{0}, {1}, {2}};
   // Interleave the sequences' tokens to show order in the batch does not matter.
@@ -69,7 +70,7 @@ TEST_P(TinyModel, ThreePromptsInOneBatchEqualSeparateRuns) {
       if (i < prompts[s].size()) b.add(prompts[s][i], int32_t(i), s, true);
   ForwardScratch scratch;
   std::vector<float> logits(b.logit_rows.size() * size_t(c.n_vocab));
-  forward(cpu_backend(), c, m->weights, b, *kv, scratch, logits.data());
+  forward(be, c, dm->weights, b, *kv, scratch, logits.data());
   for (int s = 0; s < 3; ++s) {
     auto alone = run_all_logits(*m, prompts[s]);
     std::vector<float> mine;

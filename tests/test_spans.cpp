@@ -22,9 +22,10 @@ TEST_P(SpanModel, PreRopeKeysGiveTheSameLogits) {
   auto m = load_model(tiny_dir(GetParam()));
   auto ids = read_json(tiny_dir(GetParam()) + "/reference.json")["prompts"][2]["ids"]
                  .get<std::vector<int32_t>>();
+  auto dm = cpu_model(*m);
   for (int64_t chunk : {0, 5}) {
-    auto post = run_all_logits(cpu_backend(), m->config, m->weights, ids, chunk, false);
-    auto pre = run_all_logits(cpu_backend(), m->config, m->weights, ids, chunk, true);
+    auto post = run_all_logits(*dm->backend, m->config, dm->weights, ids, chunk, false);
+    auto pre = run_all_logits(*dm->backend, m->config, dm->weights, ids, chunk, true);
     EXPECT_LT(rel_err(pre, post), 1e-6) << GetParam() << " chunk " << chunk;
   }
 }

@@ -1,7 +1,8 @@
 // Causal attention through the batch's block table, on f32 K/V, over key
 // chunks of 64 positions with an online softmax: no score row longer than a
 // chunk is kept, and each K/V chunk is read (and, for pre-RoPE keys, rotated)
-// once for every query of a run and every head of a KV head's group.
+// once for every query of a run and every head of a KV head's group, its keys
+// transposed so that a query's 64 scores are 64 lanes (SimdKernels::attn_chunk).
 //
 // Batch invariance: a query's result depends only on its own key range.
 // Chunks are aligned to multiples of 64 positions whatever the run, a query
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -55,6 +57,7 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
                const AttnShape& s, const RopeTable* rope, float* out) {
   const auto& k = simd();
   const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size;
+  if (hd > 512) throw std::runtime_error("CPU attention: head_dim above 512");
   const float scale = 1.f / std::sqrt(float(hd));
   std::vector<Item> items;
   for (int64_t r = 0; r < b.n_runs; ++r)
@@ -74,63 +77,52 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
     const int64_t p_first = b.positions[w.first], p_last = b.positions[w.first + w.n - 1];
     // per (query, head of the group): running max, sum, output
     const int64_t n_q = w.n * group;
-    thread_local std::vector<float> state, keys, sc;
+    thread_local std::vector<float> state, kt;
     state.assign(size_t(n_q * (hd + 2)), 0.f);
     for (int64_t i = 0; i < n_q; ++i) state[size_t(i * (hd + 2))] = -INFINITY;
-    keys.resize(size_t(kChunk * hd));
-    sc.resize(size_t(kChunk));
+    kt.resize(size_t(hd * kChunk));
     const int64_t kv_off = w.kv_head * hd;
     for (int64_t c0 = lo_of(p_first) / kChunk * kChunk; c0 <= p_last; c0 += kChunk) {
       const int64_t c1 = std::min(c0 + kChunk, p_last + 1);
-      // the chunk's keys: pointers into the cache, or rotated copies
-      const float* kp[kChunk];
-      bool valid[kChunk];
+      // the chunk's keys transposed (rotated for pre-RoPE keys), zero where not valid
+      const float* vp[kChunk];
+      uint64_t valid = 0;
       for (int64_t j = c0; j < c1; ++j) {
-        const int64_t blk = j / bs;
-        valid[j - c0] = !fill || (j % bs >= (fill[blk] >> 16) && j % bs < (fill[blk] & 0xffff));
-        const float* src = kl + (int64_t(table[blk]) * bs + j % bs) * kv_dim + kv_off;
-        if (rope && valid[j - c0]) {
-          float* dst = keys.data() + (j - c0) * hd;
+        const int64_t blk = j / bs, jj = j - c0;
+        const int64_t slot = int64_t(table[blk]) * bs + j % bs;
+        vp[jj] = vl + slot * kv_dim + kv_off;
+        float* col = kt.data() + jj;
+        if (fill && (j % bs < (fill[blk] >> 16) || j % bs >= (fill[blk] & 0xffff))) {
+          for (int64_t i = 0; i < hd; ++i) col[i * kChunk] = 0.f;
+          continue;
+        }
+        valid |= uint64_t(1) << jj;
+        const float* src = kl + slot * kv_dim + kv_off;
+        if (rope) {
           const float* cs = rope->row(j);
           for (int64_t i = 0; i < half; ++i) {
             const float x0 = src[i], x1 = src[i + half];
-            dst[i] = x0 * cs[i] - x1 * cs[half + i];
-            dst[i + half] = x1 * cs[i] + x0 * cs[half + i];
+            col[i * kChunk] = x0 * cs[i] - x1 * cs[half + i];
+            col[(i + half) * kChunk] = x1 * cs[i] + x0 * cs[half + i];
           }
-          src = dst;
+        } else {
+          for (int64_t i = 0; i < hd; ++i) col[i * kChunk] = src[i];
         }
-        kp[j - c0] = src;
       }
+      for (int64_t j = c1 - c0; j < kChunk; ++j)  // past the last query: never live
+        for (int64_t i = 0; i < hd; ++i) kt[size_t(i * kChunk + j)] = 0.f;
       for (int64_t t = 0; t < w.n; ++t) {
-        const int64_t p = b.positions[w.first + t], lo = lo_of(p);
-        const int64_t j0 = std::max(c0, lo), j1 = std::min(c1, p + 1);
+        const int64_t p = b.positions[w.first + t];
+        const int64_t j0 = std::max(c0, lo_of(p)) - c0, j1 = std::min(c1, p + 1) - c0;
         if (j0 >= j1) continue;  // nothing of this query's range here
-        bool any = false;
-        for (int64_t j = j0; j < j1; ++j) any |= valid[j - c0];
-        if (!any) continue;
+        const uint64_t range = (j1 - j0 == 64 ? ~uint64_t(0) : (uint64_t(1) << (j1 - j0)) - 1)
+                               << j0;
+        const uint64_t live = valid & range;
+        if (!live) continue;
         for (int64_t h = 0; h < group; ++h) {
           const int64_t head = w.kv_head * group + h;
-          const float* qh = q + ((w.first + t) * s.n_head + head) * hd;
-          float* st = state.data() + (t * group + h) * (hd + 2);
-          float mx = -INFINITY;
-          for (int64_t j = j0; j < j1; ++j) {
-            sc[size_t(j - j0)] = valid[j - c0] ? k.dot(qh, kp[j - c0], hd) * scale : -INFINITY;
-            mx = std::max(mx, sc[size_t(j - j0)]);
-          }
-          const float m_new = std::max(st[0], mx);
-          const float alpha = std::exp(st[0] - m_new);  // exp(-inf) = 0 on the first chunk
-          float* acc = st + 2;
-          for (int64_t i = 0; i < hd; ++i) acc[i] *= alpha;
-          float sum = 0.f;
-          for (int64_t j = j0; j < j1; ++j) {
-            if (!valid[j - c0]) continue;
-            const float pj = std::exp(sc[size_t(j - j0)] - m_new);
-            sum += pj;
-            const int64_t slot = int64_t(table[j / bs]) * bs + j % bs;
-            k.axpy(pj, vl + slot * kv_dim + kv_off, acc, hd);
-          }
-          st[1] = st[1] * alpha + sum;
-          st[0] = m_new;
+          k.attn_chunk(q + ((w.first + t) * s.n_head + head) * hd, hd, scale, kt.data(), vp, live,
+                       state.data() + (t * group + h) * (hd + 2));
         }
       }
     }

@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <new>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/packed.h"
 #include "backend/cpu/simd.h"
 
 namespace wick {
@@ -29,11 +31,18 @@ class CpuBackend final : public Backend {
     if (dst != src) std::memcpy(dst, src, n);
   }
 
-  // The mapped file's bytes are used in place.
-  Weight prepare_matrix(const Weight& host) override { return host; }
+  // Matrices are repacked into panels for the blocked multiply (Weight::aux);
+  // the mapped rows stay as they are (embedding lookups read them).
+  Weight prepare_matrix(const Weight& host) override {
+    Weight w = host;
+    if (cpu::can_pack(w.dtype, w.n_in)) w.aux = &packed_.emplace_back(cpu::pack_weight(host)).m;
+    return w;
+  }
   Weight prepare_vector(const Weight& host) override { return host; }  // already f32
   void prepare_experts(std::span<const ExpertWeights> host, std::span<ExpertWeights> out) override {
-    std::copy(host.begin(), host.end(), out.begin());
+    for (size_t e = 0; e < host.size(); ++e)
+      out[e] = {prepare_matrix(host[e].gate), prepare_matrix(host[e].up),
+                prepare_matrix(host[e].down)};
   }
 
   std::unique_ptr<KvStore> create_kv(const KvSpec& spec) override {
@@ -111,6 +120,7 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::RopeTable rope_;  // for pre-RoPE keys (the shared instance is used by one thread at a time)
+  std::deque<cpu::PackedWeight> packed_;  // stable addresses: Weight::aux points here
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The CPU backend: host memory, f32 KV, weights used in place from the
-// mapped files (a later repack happens in prepare_matrix).
+// The CPU backend: host memory, f32 KV; matrices repacked at load into panels
+// for the blocked multiply (packed.h), weights not prepared used in place.
 #pragma once
 
 #include <memory>

@@ -56,10 +56,7 @@ void add(float* y, const float* x, int64_t n) {
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.f + std::exp(-g)) * up[i];
-  }
+  simd().silu_mul(gate, up, n);
 }
 
 void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t head_dim,

@@ -1,5 +1,5 @@
-// Innermost CPU kernels, compiled once per ISA (generic, AVX2, AVX-512) and
-// chosen once at run time from what the processor supports.
+// Innermost CPU kernels, compiled once per ISA (generic, AVX2, AVX-512, AVX-512
+// with VNNI and BF16) and chosen once at run time from what the processor supports.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,10 @@
 #include "io/dtype.h"
 
 namespace wick::cpu {
+
+struct PackedMatrix;
+struct ActRows;
+struct ActBlock;
 
 struct SimdKernels {
   const char* isa;
@@ -18,9 +22,27 @@ struct SimdKernels {
   // dot(x, dequantized row w): bit-identical to dequant_row + dot, fused where
   // the ISA has a kernel for the type. buf holds n floats for the fallback.
   float (*dot_row)(DType t, const void* w, const float* x, int64_t n, float* buf);
+
+  // The blocked matrix multiply on packed weights (packed.h).
+  bool bf16_dp;  // has vdpbf16ps: the BF16 path
+  // y [a.n_rows, m.n_out], the columns of panels [p0, p1) only.
+  void (*gemm)(const PackedMatrix& m, const ActRows& a, int64_t p0, int64_t p1, float* y);
+  // Rows of x (n_in a multiple of 32) into the I8 (1 level) or I8X3 (3 levels) paths' form.
+  void (*quantize_rows)(const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, int n_levels,
+                        int8_t* q, int64_t ldq, ActBlock* blk, int64_t ldb);
+  // Rows of x into the BF16 path's form (bf16 pairs; only where bf16_dp).
+  void (*bf16_rows)(const float* x, int64_t ldx, int64_t n_rows, int64_t n_in, uint32_t* h,
+                    int64_t ldh);
+
+  // One query head over the live keys of a chunk of 64 (attention.cpp): kt the chunk's keys
+  // transposed [hd][64], v the value rows, st = (max, sum, out[hd]) of the online softmax.
+  void (*attn_chunk)(const float* q, int64_t hd, float scale, const float* kt,
+                     const float* const* v, uint64_t live, float* st);
+  void (*silu_mul)(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
 };
 
-const SimdKernels& simd();  // the best for this CPU; WICK_ISA=generic|avx2|avx512 overrides
+// The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16 overrides.
+const SimdKernels& simd();
 const SimdKernels* simd_for(const char* isa);  // nullptr when not compiled in or unsupported here
 
 }  // namespace wick::cpu
