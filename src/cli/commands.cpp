@@ -274,13 +274,16 @@ void register_bench(CLI::App& app) {
                                  "batched throughput, and prefix-cache TTFT");
   static std::string path, parallel;
   static std::string prompts = "512";
-  static int n_gen = 128, reps = 3, prefix_ttft = 0;
+  static int n_gen = 128, reps = 3, prefix_ttft = 0, depth = 0;
   static bool as_json = false;
   cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
       ->required();
   cmd->add_option("-p,--n-prompt", prompts,
                   "prompt tokens for pp; a list (512,1024,4096) runs each (0 = skip; default 512)");
   cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-d,--n-depth", depth,
+                  "tg starts after this many context tokens (prefilled once), as llama-bench -d")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")
       ->check(CLI::Range(1, 100));
@@ -320,9 +323,9 @@ void register_bench(CLI::App& app) {
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(c.n_vocab - 1));
     const int max_pp = pp_sizes.empty() ? 0 : *std::max_element(pp_sizes.begin(), pp_sizes.end());
-    const int32_t n_ctx = std::max(max_pp, n_gen) + 1;
+    const int32_t n_ctx = std::max(max_pp, depth + n_gen) + 1;
     // one block of n_ctx tokens; a fixed table width lets a GPU replay decode steps
-    ModelRunner runner(lm, RunnerLimits{1, n_ctx, n_ctx, std::max(1, max_pp), 1});
+    ModelRunner runner(lm, RunnerLimits{1, n_ctx, n_ctx, std::max({1, max_pp, depth}), 1});
     using clk = std::chrono::steady_clock;
     int pp_n = 0;
     auto run_pp = [&] {
@@ -339,7 +342,7 @@ void register_bench(CLI::App& app) {
       const SampleRow greedy;  // temperature 0
       auto t0 = clk::now();
       for (int i = 0; i < n_gen; ++i) {
-        Batch b = one_seq_batch(&id, 1, i, true);
+        Batch b = one_seq_batch(&id, 1, depth + i, true);
         if (runner.can_sample()) {  // on the device: only the id comes back
           runner.run(b);
           runner.sample({&greedy, 1}, {}, &id);
@@ -377,7 +380,13 @@ void register_bench(CLI::App& app) {
       pp_n = n;
       report(fmt::format("pp{}", n), measure(run_pp, n));
     }
-    if (n_gen > 0) report(fmt::format("tg{}", n_gen), measure(run_tg, n_gen));
+    if (n_gen > 0 && depth > 0) {  // the context tg reads: depth tokens, prefilled once
+      pp_n = depth;
+      run_pp();
+    }
+    if (n_gen > 0)
+      report(depth > 0 ? fmt::format("tg{} @ d{}", n_gen, depth) : fmt::format("tg{}", n_gen),
+             measure(run_tg, n_gen));
     if (as_json)
       fmt::print("{}\n", json{{"model", path},
                               {"threads", cpu::n_threads()},

@@ -121,6 +121,44 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(dtype_name(info.param.type)) + (info.param.gpu_f32 ? "_gpu_f32" : "");
     });
 
+// Tall matrices (an output head) take wider decode tiles: the same bits as
+// the 100-row product, and the CPU's values, at the edges of the last tile.
+TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend(false);
+  std::mt19937 rng(5);
+  const int64_t n_in = 512, n_out = 8200, n_rows = 100;
+  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    auto wb = random_weight(t, n_out, n_in, rng);
+    const Weight host{t, n_out, n_in, wb.data()};
+    const Weight w = be->prepare_matrix(host);
+    auto x = randn(size_t(n_rows * n_in), rng);
+    Buffer dx = to_device(*be, x.data(), x.size() * 4);
+    Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
+    be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+    auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t o : {int64_t(0), int64_t(7), n_out - 9, n_out - 1}) {
+      dequantize_row_ref(t, host.row(o), row.data(), n_in);
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        ref += double(row[size_t(i)]) * x[size_t(60 * n_in + i)];
+        mag += std::fabs(double(row[size_t(i)]) * x[size_t(60 * n_in + i)]);
+      }
+      EXPECT_LE(std::fabs(y[size_t(60 * n_out + o)] - ref) / (mag + 1e-30), 8e-3)
+          << dtype_name(t) << " col " << o;
+    }
+    for (int64_t m : {1, 5, 16}) {
+      Buffer dy1 = be->alloc(size_t(m * n_out) * 4);
+      be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
+      auto y1 = to_host<float>(*be, dy1, size_t(m * n_out));
+      for (int64_t i = 0; i < m * n_out; ++i)
+        ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
+            << dtype_name(t) << ": " << m << " rows differ from 100 rows at " << i;
+    }
+  }
+}
+
 // q, k, v in one launch and gate/up with SiLU fused equal the separate products, bit for bit.
 TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
   WICK_REQUIRE_GPU();
@@ -390,6 +428,12 @@ TEST_P(CudaAttention, MatchesCpuAndIsBatchInvariant) {
       ASSERT_EQ(alone[size_t(i)], got[size_t(at * row + i)])
           << "token at " << p << " of sequence " << s << " alone differs from the batch";
   }
+  // three tokens of a chunk together (12 rows: the decode kernel's one tile)
+  Batch three = make_batch({{2, {45, 48}}});
+  std::vector<float> q3(q.begin() + 76 * row, q.begin() + 79 * row);
+  auto chunk = run(*be, *gpu_kv, three, q3);
+  for (int64_t i = 0; i < 3 * row; ++i)
+    ASSERT_EQ(chunk[size_t(i)], got[size_t(76 * row + i)]) << "a 3-token run differs at " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -70,6 +71,18 @@ class CudaBackend final : public Backend {
     WICK_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     if (const char* g = std::getenv("WICK_CUDA_GRAPHS"); g && std::string(g) == "0")
       graphs_on_ = false;
+    if (const char* sk = std::getenv("WICK_CUDA_SKIP")) {
+      skip_ = std::string(",") + sk + ",";
+      for (size_t a = 1, b; a < skip_.size(); a = b + 1) {
+        b = skip_.find(',', a);
+        const std::string k = skip_.substr(a, b - a);
+        static const char* kinds[] = {"norm", "qkv",     "rope", "attn",
+                                      "o",    "gate_up", "down", "head"};
+        if (std::find(std::begin(kinds), std::end(kinds), k) == std::end(kinds))
+          throw std::invalid_argument("WICK_CUDA_SKIP: unknown kernel kind '" + k +
+                                      "' (norm, qkv, rope, attn, o, gate_up, down, head)");
+      }
+    }
     spdlog::debug("{}: {:.0f} MiB of {:.0f} MiB usable", name_, mib(budget_), mib(total_b));
   }
   ~CudaBackend() override {
@@ -238,24 +251,30 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
                float* y) override {
+    if (skip("norm")) return;
     cuda::rmsnorm(x, w, int(n_rows), int(n), eps, y, st_);
   }
   void add_rmsnorm(float* x, const float* r, const float* w, int64_t n_rows, int64_t n, float eps,
                    float* y) override {
+    if (skip("norm")) return;
     cuda::add_rmsnorm(x, r, w, int(n_rows), int(n), eps, y, st_);
   }
   void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
     const cuda::MatmulJob job{&desc(w), y, nullptr};
+    const GpuWeight& d = *job.w;
+    if (skip(d.n_out >= 32000 ? "head" : d.n_in == d.n_out ? "o" : "down")) return;
     cuda::matmul(&job, 1, x, int(n_rows), mm_scratch(*job.w, n_rows), st_);
   }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
                   float* out[3]) override {
+    if (skip("qkv")) return;
     cuda::MatmulJob jobs[3];
     for (int i = 0; i < 3; ++i) jobs[i] = {&desc(*w[i]), out[i], bias[i]};
     cuda::matmul(jobs, 3, x, int(n_rows), mm_scratch(*jobs[0].w, n_rows), st_);
   }
   void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
                       float* g, float* u) override {
+    if (skip("gate_up")) return;
     const GpuWeight &dg = desc(gate), &du = desc(up);
     if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group) {
       Backend::matmul_gate_up(gate, up, x, n_rows, g, u);  // two products, then silu * up
@@ -281,12 +300,14 @@ class CudaBackend final : public Backend {
   }
   void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
                      const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
+    if (skip("rope")) return;
     cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
                         !kv.pre_rope, b.slots, b.positions, b.n_tokens, int(s.n_head),
                         int(s.n_head_kv), int(s.head_dim), inv_freq, st_);
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                  const AttnShape& s, float* out) override {
+    if (skip("attn")) return;
     const size_t need = cuda::attention_partial_floats(b, int(s.n_head), int(s.head_dim));
     if (kv.dtype == DType::F16 && partial_.bytes() < need * 4) partial_ = alloc(need * 4 * 5 / 4);
     cuda::AttnArgs a{q,
@@ -396,6 +417,12 @@ class CudaBackend final : public Backend {
   std::deque<GpuWeight> descs_;  // stable addresses: Weight::aux points here
   std::deque<Buffer> owned_;     // prepared weights
   std::map<const void*, Buffer> expert_tables_;
+  // WICK_CUDA_SKIP=norm,qkv,rope,attn,o,gate_up,down,head: kernels left out, for
+  // timing what each costs inside a decode step (the output is garbage).
+  bool skip(const char* what) const {
+    return !skip_.empty() && skip_.find(std::string(",") + what + ",") != std::string::npos;
+  }
+  std::string skip_;
   Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_, xb_;
   const float* rope_freq_ = nullptr;
   int rope_hd_ = 0, rope_n_ = 0;

@@ -73,6 +73,17 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+// Multiprocessors of the current device (read once).
+inline int n_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
 // Launches `kernel` so that it may overlap the previous kernel's tail (its
 // weight loads need nothing from it); the kernel calls wait_for_previous_kernel.
 template <typename Kernel, typename... Args>

@@ -62,23 +62,33 @@ __global__ void embed_kernel(GpuWeight w, const int32_t* ids, float* out) {
 template <bool ADD>
 __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, float eps,
                                float* y) {
+  constexpr int kHeld = 8;  // elements per thread kept in registers (rows up to 8 x 256)
   __shared__ float sh[32];
+  // the weights do not depend on the kernel before: fetched while it drains
+  float wv[kHeld], xv[kHeld];
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {
+    const int i = int(threadIdx.x) + j * int(blockDim.x);
+    wv[j] = i < n ? w[i] : 0.f;
+  }
   allow_next_kernel();
   wait_for_previous_kernel();
   float* xr = x + size_t(blockIdx.x) * n;
   const float* rr = ADD ? r + size_t(blockIdx.x) * n : nullptr;
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int i = threadIdx.x, j = 0; i < n; i += blockDim.x, ++j) {
     float v = xr[i];
     if constexpr (ADD) {
       v += rr[i];
       xr[i] = v;
     }
+    if (j < kHeld) xv[j] = v;
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, sh) / float(n) + eps);
   float* yr = y + size_t(blockIdx.x) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w[i] * (xr[i] * inv);
+  for (int i = threadIdx.x, j = 0; i < n; i += blockDim.x, ++j)
+    yr[i] = j < kHeld ? wv[j] * (xv[j] * inv) : w[i] * (xr[i] * inv);
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
@@ -94,12 +104,18 @@ __global__ void add_bias_kernel(float* y, const float* b, int64_t n_total, int n
 }
 
 // One block per token: rotates each head's pairs (i, i + head_dim / 2).
-__device__ void rotate(float* v, int pos, int head_dim, const float* inv_freq, int n_heads) {
+// cs_sn: this thread's cos and sin when every pair it visits has the same i
+// (blockDim.x a multiple of head_dim / 2), computed ahead; else null.
+__device__ void rotate(float* v, int pos, int head_dim, const float* inv_freq, int n_heads,
+                       const float2* cs_sn = nullptr) {
   const int half = head_dim / 2;
   for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     float sn, cs;
-    sincosf(float(pos) * inv_freq[i], &sn, &cs);
+    if (cs_sn)
+      cs = cs_sn->x, sn = cs_sn->y;
+    else
+      sincosf(float(pos) * inv_freq[i], &sn, &cs);
     float* p = v + h * head_dim;
     const float a = p[i], b = p[i + half];
     p[i] = a * cs - b * sn;
@@ -127,14 +143,20 @@ template <typename T>
 __global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
                                const int32_t* slots, const int32_t* pos, int n_head, int n_head_kv,
                                int head_dim, const float* inv_freq, bool rotate_k) {
+  // positions, slots and the angles do not depend on the kernel before:
+  // computed while it drains
+  const int t = blockIdx.x, kv_dim = n_head_kv * head_dim, half = head_dim / 2, p = pos[t];
+  const size_t slot = size_t(slots[t]);
+  const bool fixed_i = blockDim.x % half == 0;
+  float2 cs_sn{0.f, 0.f};
+  if (fixed_i) sincosf(float(p) * inv_freq[threadIdx.x % half], &cs_sn.y, &cs_sn.x);
   allow_next_kernel();
   wait_for_previous_kernel();
-  const int t = blockIdx.x, kv_dim = n_head_kv * head_dim;
-  rotate(q + size_t(t) * n_head * head_dim, pos[t], head_dim, inv_freq, n_head);
+  rotate(q + size_t(t) * n_head * head_dim, p, head_dim, inv_freq, n_head,
+         fixed_i ? &cs_sn : nullptr);
   float* kt = k + size_t(t) * kv_dim;
-  if (rotate_k) rotate(kt, pos[t], head_dim, inv_freq, n_head_kv);
+  if (rotate_k) rotate(kt, p, head_dim, inv_freq, n_head_kv, fixed_i ? &cs_sn : nullptr);
   __syncthreads();
-  const size_t slot = size_t(slots[t]);
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
     kc[slot * kv_dim + i] = to_cache<T>(kt[i]);
     vc[slot * kv_dim + i] = to_cache<T>(v[size_t(t) * kv_dim + i]);

@@ -269,16 +269,6 @@ __global__ void to_bf16_kernel(const float* x, int M, int n_in, int k_pad, uint3
   }
 }
 
-int n_sms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 1;
-  }();
-  return n;
-}
-
 template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
 void launch(TParams& p, cudaStream_t st) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, SMEM = smem_bytes<F, WM, WN, MT, NT, GATED>();
