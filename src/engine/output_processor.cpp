@@ -135,8 +135,8 @@ bool OutputProcessor::verify(Sequence& s, int32_t n_draft, size_t row0,
   s.n_draft = 0;
   s.draft_q.clear();
   s.n_accepted = 0;
-  s.result.n_spec_proposed += n_draft;
   for (int32_t i = 0; i <= n_draft; ++i) {
+    if (i < n_draft) ++s.result.n_spec_proposed;  // counted as verified: not past an end
     const size_t r = row0 + size_t(i);
     bool accepted = false;
     int32_t id;

@@ -75,9 +75,10 @@ struct GenerateResult {
   // span cache: spans found cached, spans computed (by a span job), span
   // tokens taken from the cache, span tokens computed again in place
   int32_t n_span_hits = 0, n_span_misses = 0, n_span_reused = 0, n_span_recomputed = 0;
-  // speculative decoding: draft tokens proposed and verified, those the
-  // target accepted, and the target's forward passes that gave this request
-  // tokens (tokens per forward = tokens.size() / n_forwards; 1 without drafts)
+  // speculative decoding: draft tokens proposed and verified (guesses past
+  // the end of the generation are not counted), those the target accepted, and the target's forward
+  // passes that gave this request tokens (tokens per forward = tokens.size() / n_forwards; 1
+  // without drafts)
   int32_t n_spec_proposed = 0, n_spec_accepted = 0, n_forwards = 0;
 };
 
