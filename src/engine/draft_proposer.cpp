@@ -147,7 +147,6 @@ void DraftModelProposer::run_and_guess(std::vector<Guess>& guesses, const std::v
                                        std::span<Proposal> out) {
   if (batch_.n_tokens() == 0) return;
   runner_.run(batch_);
-  ++n_forwards_;
   std::vector<int32_t> ids;
   std::vector<float> weights;
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -33,8 +33,6 @@ class DraftModelProposer : public Proposer {
   void forget(int64_t seq_id) override;
 
   const BlockPool& blocks() const { return pool_; }
-  const LoadedModel& model() const { return *model_; }
-  uint64_t n_forwards() const { return n_forwards_; }  // draft passes run
 
  private:
   struct DraftSeq {
@@ -63,7 +61,6 @@ class DraftModelProposer : public Proposer {
   float p_min_;
   std::map<int64_t, DraftSeq> seqs_;
   Batch batch_;
-  uint64_t n_forwards_ = 0;
 };
 
 }  // namespace wick
