@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "backend/cpu/simd.h"
 #include "helpers.h"
 #include "io/error.h"
 #include "io/gguf.h"
+#include "model/convert.h"
 
 namespace wick::test {
 namespace {
@@ -128,6 +130,45 @@ TEST(Dtype, HalfConversionsRoundTrip) {
   EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);       // rounds to infinity
   EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);  // ties to even
   EXPECT_EQ(bf16_to_f32(0x3f81), 1.0078125f);
+}
+
+// wick convert on a GGUF file (the draft-model benchmark's f32 target): every
+// matrix is the source's exact dequantization, vectors stay f32, metadata
+// (tokenizer included) is kept but for the file type.
+TEST(Convert, GgufToF32IsTheExactDequantization) {
+  const char* src = std::getenv("WICK_TEST_MODEL");
+  if (!src || !std::filesystem::exists(src)) WICK_SKIP_OR_FAIL("default model missing");
+  const std::string out = data_dir() + "/converted-f32.gguf";
+  std::filesystem::create_directories(data_dir());
+  convert_gguf(src, out, DType::F32);
+  GgufFile a(src), b(out);
+  for (const auto& [key, v] : a.metadata()) {
+    if (key == "general.file_type" || key == "general.alignment") continue;
+    ASSERT_NE(b.get(key), nullptr) << key;
+    EXPECT_EQ(b.get(key)->type, v.type) << key;
+  }
+  EXPECT_EQ(b.get_int("general.file_type"), 0);
+  EXPECT_EQ(b.get("tokenizer.ggml.tokens")->as_array().size(),
+            a.get("tokenizer.ggml.tokens")->as_array().size());
+  ASSERT_EQ(b.tensor_order(), a.tensor_order());
+  std::vector<float> row;
+  for (const auto& name : a.tensor_order()) {
+    const TensorView &x = *a.tensors().find(name), &y = *b.tensors().find(name);
+    ASSERT_EQ(y.dtype, DType::F32) << name;
+    ASSERT_EQ(y.shape, x.shape) << name;
+    const int64_t n_in = x.shape.back(), n_rows = x.numel() / n_in;
+    row.resize(size_t(n_in));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      dequantize_row_ref(x.dtype,
+                         static_cast<const uint8_t*>(x.data) + size_t(r) * row_bytes(x.dtype, n_in),
+                         row.data(), n_in);
+      ASSERT_EQ(
+          std::memcmp(row.data(), static_cast<const float*>(y.data) + r * n_in, size_t(n_in) * 4),
+          0)
+          << name << " row " << r;
+    }
+  }
+  std::filesystem::remove(out);
 }
 
 }  // namespace

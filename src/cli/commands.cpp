@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -398,15 +399,22 @@ void register_bench(CLI::App& app) {
 }
 
 void register_convert(CLI::App& app) {
-  auto* cmd =
-      app.add_subcommand("convert", "Convert a HF folder to a GGUF file (llama.cpp naming)");
+  auto* cmd = app.add_subcommand(
+      "convert",
+      "Convert a HF folder to a GGUF file (llama.cpp naming), or a GGUF file to another type");
   static std::string src, dst, type = "f16";
-  cmd->add_option("SRC", src, "HF folder (config.json + safetensors)")->required();
+  cmd->add_option("SRC", src,
+                  "HF folder (config.json + safetensors), or a .gguf file (its matrices "
+                  "dequantized and written as --type; metadata and tokenizer kept)")
+      ->required();
   cmd->add_option("OUT", dst, "output .gguf path")->required();
   cmd->add_option("--type", type, "f32, f16, bf16 or q8_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->callback([] {
-    convert_hf_to_gguf(src, dst, *dtype_from_name(type));
+    if (std::filesystem::is_directory(src))
+      convert_hf_to_gguf(src, dst, *dtype_from_name(type));
+    else
+      convert_gguf(src, dst, *dtype_from_name(type));
     spdlog::info("wrote {}", dst);
   });
 }

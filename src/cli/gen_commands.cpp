@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/device_options.h"
+#include "cli/spec_options.h"
 #include "engine/model_pool.h"
 #include "engine/session.h"
 #include "engine/span_prompt.h"
@@ -29,6 +30,7 @@ struct GenOptions {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   SamplingParams sampling;
+  SpecOptions spec;
 };
 
 int32_t env_prefill_chunk() {
@@ -71,6 +73,18 @@ void add_gen_options(CLI::App* cmd, GenOptions& o) {
                   "random seed (default 12648430; same seed, same output)");
   cmd->add_option("--stop", o.stop, "stop when this text appears (repeatable)");
   cmd->add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-generation tokens");
+  add_spec_options(cmd, o.spec);
+}
+
+// Speculative decoding's statistics of one result (--json, --verbose).
+json spec_stats(const GenerateResult& r) {
+  const double n = double(r.tokens.size());
+  return {
+      {"spec_proposed", r.n_spec_proposed},
+      {"spec_accepted", r.n_spec_accepted},
+      {"acceptance_rate", r.n_spec_proposed ? double(r.n_spec_accepted) / r.n_spec_proposed : 0.0},
+      {"forwards", r.n_forwards},
+      {"tokens_per_forward", r.n_forwards ? n / r.n_forwards : 0.0}};
 }
 
 std::shared_ptr<const LoadedModel> load_with_progress(const std::string& name) {
@@ -205,7 +219,7 @@ void register_generate(CLI::App& app) {
                                   true);
       }
     }
-    Session s(m, o.ctx_size, !spans.empty(), span_recompute);
+    Session s(m, o.ctx_size, !spans.empty(), span_recompute, spec_config(o.spec));
     GenerateRequest req = make_request(o, ids);
     req.spans = spans;
     req.truncate = truncate;
@@ -234,6 +248,7 @@ void register_generate(CLI::App& app) {
         out["span_tokens_reused"] = res.n_span_reused;
         out["span_tokens_recomputed"] = res.n_span_recomputed;
       }
+      if (s.engine().config().spec.method != SpecMethod::Off) out.update(spec_stats(res));
       if (n_logprobs >= 0) {
         json lps = json::array();
         for (const auto& t : res.logprobs) {
@@ -267,7 +282,8 @@ void register_run(CLI::App& app) {
   cmd->callback([] {
     auto m = load_with_progress(o.model);
     if (!m->tokenizer) throw std::runtime_error(m->name + ": the model has no tokenizer");
-    Session s(m, o.ctx_size, span_cache);
+    Session s(m, o.ctx_size, span_cache, 16, spec_config(o.spec));
+    const bool speculates = s.engine().config().spec.method != SpecMethod::Off;
     auto messages = nlohmann::ordered_json::array();
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
     auto turn = [&](const std::string& user) {
@@ -281,8 +297,12 @@ void register_run(CLI::App& app) {
       fmt::print("\n");
       if (verbose)
         fmt::print(stderr,
-                   "[{} prompt tokens, {} from cache; ttft {:.0f} ms; {:.1f} tok/s; stop: {}]\n",
-                   res.n_prompt, res.n_reused, res.ttft_ms, res.decode_tok_s, res.stop_reason);
+                   "[{} prompt tokens, {} from cache; ttft {:.0f} ms; {:.1f} tok/s; stop: {}{}]\n",
+                   res.n_prompt, res.n_reused, res.ttft_ms, res.decode_tok_s, res.stop_reason,
+                   speculates ? fmt::format("; {} of {} drafts accepted, {:.2f} tokens per forward",
+                                            res.n_spec_accepted, res.n_spec_proposed,
+                                            double(res.tokens.size()) / std::max(1, res.n_forwards))
+                              : "");
       messages.push_back({{"role", "assistant"}, {"content", res.text}});
     };
     if (!prompt.empty()) {
@@ -308,6 +328,7 @@ void register_serve(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("serve", "Serve models over an OpenAI- and Ollama-compatible HTTP API");
   static server::ServerConfig cfg;
+  static SpecOptions spec;
   static size_t kv_mib = 0;
   static int n_ctx = 4096;
   cmd->add_option("--model,-m", cfg.default_model,
@@ -351,6 +372,7 @@ void register_serve(CLI::App& app) {
                   "with --span-cache: tokens at the start of each reused span computed again "
                   "with attention over what precedes them (default 16)")
       ->check(CLI::Range(0, 1 << 24));
+  add_spec_options(cmd, spec);
   add_device_options(cmd);
   cmd->footer(fmt::format(
       "Clients name models; only names in the model store resolve (no paths, no '..', no "
@@ -369,6 +391,7 @@ void register_serve(CLI::App& app) {
     cfg.engine.prefix_cache = prefix && env.prefix_cache;
     cfg.engine.kv_bytes = kv_mib << 20;
     cfg.engine.n_ctx = n_ctx;
+    cfg.engine.spec = spec_config(spec);  // the draft serves --model (requests may turn it off)
     if (cfg.api_key.empty())
       if (const char* k = std::getenv("WICK_API_KEY")) cfg.api_key = k;
     const int rc = server::serve(cfg);

@@ -45,8 +45,18 @@ RunnerLimits runner_limits(const EngineConfig& cfg, int32_t n_blocks) {
   l.n_ctx = cfg.n_ctx;
   l.max_tokens = cfg.reserve_scratch ? cfg.max_batch_tokens : 0;
   l.max_logit_rows = cfg.max_seqs;
+  if (cfg.spec.method != SpecMethod::Off || cfg.spec.draft)  // a row per draft token too
+    l.max_logit_rows = std::max(
+        cfg.max_seqs, std::min(cfg.max_batch_tokens, cfg.max_seqs * (1 + cfg.spec.draft_max)));
   l.pre_rope = cfg.span_cache;
   return l;
+}
+
+// The config checked: speculative decoding's limits, a draft of the same vocabulary.
+const EngineConfig& checked(const EngineConfig& cfg, const LoadedModel& m) {
+  if (auto err = cfg.spec.validate(); !err.empty()) throw std::runtime_error(err);
+  if (cfg.spec.draft) check_same_vocab(m, *cfg.spec.draft);
+  return cfg;
 }
 
 // Positions of a span layout: text as it comes; each span starts a block
@@ -103,16 +113,24 @@ EngineConfig EngineConfig::from_env() {
 
 Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg)
     : model_(std::move(model)),
-      cfg_(clamped(cfg, *model_)),
+      cfg_(clamped(checked(cfg, *model_), *model_)),
       scheduler_(blocks_for(*model_, cfg_), cfg_.block_size, model_identity(*model_),
                  cfg_.prefix_cache, {cfg_.max_batch_tokens, cfg_.max_seqs}),
       runner_(model_, runner_limits(cfg_, scheduler_.blocks().n_blocks())),
-      output_(model_, cfg_.n_ctx) {}
+      ngram_(cfg_.spec.ngram_min, cfg_.spec.ngram_max),
+      output_(model_, cfg_.n_ctx) {
+  if (cfg_.spec.draft)
+    draft_ = std::make_unique<DraftModelProposer>(cfg_.spec.draft, scheduler_.blocks().n_blocks(),
+                                                  cfg_.block_size, cfg_.max_batch_tokens,
+                                                  cfg_.spec.draft_p_min);
+}
 
 Engine::~Engine() = default;
 
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   validate_request(req, int32_t(model_->config().n_vocab));
+  if (req.spec == SpecMethod::Draft && !draft_)
+    throw GenerateError("speculative decoding with a draft model: this engine has none (--draft)");
   if (!req.spans.empty() && !cfg_.span_cache)
     throw GenerateError("spans need the engine's span cache (span_cache, --span-cache)");
   const std::vector<int32_t> prompt = fit_prompt(req, cfg_.n_ctx);
@@ -139,22 +157,75 @@ int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   s->result.n_prompt = int32_t(prompt.size());  // tokens, not positions
   const int64_t id = s->id;
   if (req.max_tokens == 0)
-    output_.finish(*s, "length");
+    finish(*s, "length");
   else
     scheduler_.add(std::move(s));
   return id;
 }
 
 void Engine::cancel(int64_t id) {
-  if (auto s = scheduler_.remove(id)) output_.finish(*s, "cancelled");
+  if (auto s = scheduler_.remove(id)) finish(*s, "cancelled");
+}
+
+void Engine::finish(Sequence& s, const std::string& reason) {
+  if (draft_) draft_->forget(s.id);
+  output_.finish(s, reason);
+}
+
+SpecMethod Engine::method_of(const Sequence& s) const {
+  return s.req.spec == SpecMethod::Default ? cfg_.spec.method : s.req.spec;
+}
+
+void Engine::propose_drafts() {
+  struct Ask {
+    std::vector<Sequence*> seqs;
+    std::vector<int32_t> n_max;
+  } ngram, draft;
+  const int32_t n_min = std::max(1, cfg_.spec.draft_min);
+  for (Sequence* s : scheduler_.running()) {
+    const SpecMethod m = method_of(*s);
+    if (m != SpecMethod::Ngram && m != SpecMethod::Draft) continue;
+    // decoding: the last token is the only one left to compute
+    if (!s->got_first || s->n_draft || s->n_computed + 1 != int32_t(s->tokens.size())) continue;
+    // every token the step may give fits max_tokens and the context (the
+    // last position computed stays below n_ctx - 1, as in plain decoding)
+    const int32_t asked = s->req.draft_max >= 0 ? s->req.draft_max : cfg_.spec.draft_max;
+    const int32_t k =
+        std::min({asked, s->req.max_tokens - s->n_generated() - 1, cfg_.n_ctx - 2 - s->n_computed});
+    if (k < n_min) continue;
+    Ask& a = m == SpecMethod::Ngram ? ngram : draft;
+    a.seqs.push_back(s);
+    a.n_max.push_back(k);
+  }
+  auto ask = [&](Proposer& p, Ask& a) {
+    if (a.seqs.empty()) return;
+    std::vector<Proposal> out(a.seqs.size());
+    try {
+      p.propose(a.seqs, a.n_max, out);
+    } catch (const std::exception& ex) {  // the proposer's fault: end what it was asked for
+      for (Sequence* s : a.seqs)
+        if (auto done = scheduler_.remove(s->id)) fail(std::move(done), ex.what());
+      return;
+    }
+    for (size_t i = 0; i < a.seqs.size(); ++i) {
+      Sequence& s = *a.seqs[i];
+      if (int32_t(out[i].tokens.size()) < n_min) continue;
+      s.tokens.insert(s.tokens.end(), out[i].tokens.begin(), out[i].tokens.end());
+      s.n_draft = int32_t(out[i].tokens.size());
+      s.draft_q = std::move(out[i].q);
+    }
+  };
+  ask(ngram_, ngram);
+  if (draft_) ask(*draft_, draft);
 }
 
 bool Engine::step() {
   if (!scheduler_.has_work()) return false;
   ++n_steps_;
+  propose_drafts();
   SchedulerOutput plan = scheduler_.schedule();
   if (plan.rejected) {
-    output_.finish(*plan.rejected, "error: the KV cache is too small for this request");
+    finish(*plan.rejected, "error: the KV cache is too small for this request");
     return true;
   }
   if (plan.seqs.empty()) return scheduler_.has_work();
@@ -163,9 +234,12 @@ bool Engine::step() {
     runner_.copy_blocks(plan.copies);
     runner_.run(plan.seqs);
     scheduler_.update(plan);
-    for (Sequence* s : output_.update(plan.sampling(), runner_)) {
+    const std::vector<Sequence*> ended = output_.update(plan.seqs, runner_);
+    for (const auto& w : plan.seqs)
+      if (w.n_draft) scheduler_.settle_drafts(*w.seq);  // the accepted drafts' K/V stays
+    for (Sequence* s : ended) {
       auto done = scheduler_.remove(s->id);  // frees its blocks before on_done
-      output_.finish(*done, done->result.stop_reason);
+      finish(*done, done->result.stop_reason);
     }
   } catch (const std::exception& ex) {
     // Retrying would fail the same way: end this step's requests (a span
@@ -180,7 +254,7 @@ bool Engine::step() {
 
 void Engine::fail(std::unique_ptr<Sequence> s, const std::string& reason) {
   s->result.internal_error = true;
-  output_.finish(*s, "error: " + reason);
+  finish(*s, "error: " + reason);
 }
 
 void Engine::abort_all(const std::string& reason) {

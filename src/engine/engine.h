@@ -12,8 +12,10 @@
 #include <span>
 #include <string>
 
+#include "engine/draft_proposer.h"
 #include "engine/model_pool.h"
 #include "engine/model_runner.h"
+#include "engine/ngram_proposer.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -38,7 +40,11 @@ struct EngineConfig {
   // The span cache: keys kept before RoPE, so that a request's independent
   // spans (GenerateRequest::spans) are computed once and reused anywhere.
   bool span_cache = false;
-  int32_t span_recompute = 16;     // tokens computed again at the start of each span (default)
+  int32_t span_recompute = 16;  // tokens computed again at the start of each span (default)
+  // Speculative decoding: the method for requests that leave it to the
+  // engine, the draft model (its KV cache gets as many blocks as the
+  // target's), the proposers' limits.
+  SpecConfig spec;
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 
@@ -65,13 +71,23 @@ class Engine {
   uint64_t n_preemptions() const { return scheduler_.n_preemptions(); }
   uint64_t n_steps() const { return n_steps_; }
   const EngineConfig& config() const { return cfg_; }
+  // the draft model's KV blocks (null without a draft model)
+  const BlockPool* draft_blocks() const { return draft_ ? &draft_->blocks() : nullptr; }
 
  private:
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
   Scheduler scheduler_;
   ModelRunner runner_;
+  NgramProposer ngram_;
+  std::unique_ptr<DraftModelProposer> draft_;  // with a draft model
   void fail(std::unique_ptr<Sequence> s, const std::string& reason);
+  // Ends a sequence taken out of the scheduler: its draft state goes, on_done runs.
+  void finish(Sequence& s, const std::string& reason);
+  // Asks the proposers for draft tokens of the decoding sequences that
+  // speculate; they go after each one's last token (Sequence::n_draft).
+  void propose_drafts();
+  SpecMethod method_of(const Sequence& s) const;
 
   OutputProcessor output_;
   int64_t next_id_ = 1;

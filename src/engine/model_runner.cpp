@@ -72,11 +72,12 @@ void ModelRunner::run(std::span<const ScheduledSeq> seqs) {
       f.assign(s.fills.begin(),
                s.fills.begin() + long(std::min(s.fills.size(), s.block_table.size())));
     }
+    // the sampling position, and each draft token after it, give logits
+    const int32_t first_row = seqs[k].n_tokens - 1 - seqs[k].n_draft;
     for (int32_t i = 0; i < seqs[k].n_tokens; ++i) {
       const int32_t pos = s.n_computed + i;
       if (s.tokens[size_t(pos)] == kHole) continue;
-      batch_.add(s.tokens[size_t(pos)], pos, int32_t(k),
-                 seqs[k].samples && i == seqs[k].n_tokens - 1);
+      batch_.add(s.tokens[size_t(pos)], pos, int32_t(k), seqs[k].samples && i >= first_row);
     }
   }
   run(batch_);

@@ -33,7 +33,7 @@ class ModelRunner {
   // backend memory until asked for.
   void run(Batch& b);
   // Runs a scheduler step as one flat batch: each sequence's next n_tokens;
-  // logits row r belongs to the r-th sequence that samples.
+  // logits rows follow the sequences that sample, 1 + n_draft rows each.
   void run(std::span<const ScheduledSeq> seqs);
   // Row r of the last step's logits on the host (copied on first use).
   std::span<float> logits_row(size_t r);

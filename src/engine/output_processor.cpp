@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/speculative.h"
 #include "sampling/logprobs.h"
 
 namespace wick {
@@ -55,6 +56,12 @@ bool has_penalties(const SamplingParams& p) {
   return p.repeat_penalty != 1 || p.presence_penalty != 0 || p.frequency_penalty != 0;
 }
 
+// Draft tokens drawn from a draft model's distribution, for a sampled
+// request: verified by the rejection rule (else by the target's own choice).
+bool rejection_sampled(const Sequence& s) {
+  return !s.draft_q.empty() && s.req.sampling.temperature > 0;
+}
+
 }  // namespace
 
 void OutputProcessor::start(Sequence& s) const {
@@ -65,35 +72,111 @@ void OutputProcessor::start(Sequence& s) const {
   s.arrival = Sequence::clock::now();
 }
 
-std::vector<Sequence*> OutputProcessor::update(std::span<Sequence* const> sampling,
+std::vector<Sequence*> OutputProcessor::update(std::span<const ScheduledSeq> plan,
                                                ModelRunner& runner) {
+  // Each sampling sequence's first logits row; drafts add a row each.
+  std::vector<const ScheduledSeq*> sampling;
+  std::vector<size_t> first_row;
+  size_t n_rows = 0;
+  for (const auto& w : plan)
+    if (w.samples) {
+      sampling.push_back(&w);
+      first_row.push_back(n_rows);
+      n_rows += size_t(1 + w.n_draft);
+    }
   // On a backend that samples, rows needed on the host are copied first,
-  // then the backend samples every row in place (host rows use the host's choice).
-  std::vector<int32_t> chosen(sampling.size(), -1);
-  std::vector<std::vector<float>> host_rows(sampling.size());
+  // then the backend samples every row in place (host rows use the host's
+  // choice). A draft row is sampled as if its drafts before it were
+  // accepted: that history and counter are the ones plain decoding has.
+  std::vector<int32_t> chosen(n_rows, -1);
+  std::vector<std::vector<float>> host_rows(n_rows);
   if (runner.can_sample()) {
-    std::vector<SampleRow> rows(sampling.size());
+    std::vector<SampleRow> rows(n_rows);
     std::vector<int32_t> pairs;
-    for (size_t r = 0; r < sampling.size(); ++r) {
-      const Sequence& s = *sampling[r];
-      if (needs_host(s)) {
-        auto row = runner.logits_row(r);
-        host_rows[r].assign(row.begin(), row.end());
+    for (size_t k = 0; k < sampling.size(); ++k) {
+      const Sequence& s = *sampling[k]->seq;
+      const size_t base = s.tokens.size() - size_t(s.n_draft);
+      for (int32_t i = 0; i <= sampling[k]->n_draft; ++i) {
+        const size_t r = first_row[k] + size_t(i);
+        if (needs_host(s) || rejection_sampled(s)) {
+          auto row = runner.logits_row(r);
+          host_rows[r].assign(row.begin(), row.end());
+        }
+        rows[r] = device_sample_row(s.req.sampling,
+                                    std::span<const int32_t>(s.tokens).first(base + size_t(i)),
+                                    s.n_generated() + i, pairs);
       }
-      rows[r] = device_sample_row(s.req.sampling, s.tokens, s.n_generated(), pairs);
     }
     runner.sample(rows, pairs, chosen.data());
   }
   std::vector<Sequence*> ended;
-  for (size_t r = 0; r < sampling.size(); ++r) {
-    Sequence& s = *sampling[r];
-    int32_t id = chosen[r];
-    if (id < 0 || needs_host(s))
-      id = sample_on_host(
-          s, host_rows[r].empty() ? runner.logits_row(r) : std::span<float>(host_rows[r]));
-    if (!append(s, id)) ended.push_back(&s);
+  for (size_t k = 0; k < sampling.size(); ++k) {
+    Sequence& s = *sampling[k]->seq;
+    ++s.result.n_forwards;
+    auto row_of = [&](size_t r) {
+      return host_rows[r].empty() ? runner.logits_row(r) : std::span<float>(host_rows[r]);
+    };
+    auto choose = [&](size_t r) {
+      const int32_t id = chosen[r];
+      return id >= 0 && !needs_host(s) ? id : sample_on_host(s, row_of(r));
+    };
+    if (!verify(s, sampling[k]->n_draft, first_row[k], choose, row_of)) ended.push_back(&s);
   }
   return ended;
+}
+
+bool OutputProcessor::verify(Sequence& s, int32_t n_draft, size_t row0,
+                             const std::function<int32_t(size_t)>& choose,
+                             const std::function<std::span<float>(size_t)>& row_of) {
+  const std::vector<int32_t> drafts(s.tokens.end() - n_draft, s.tokens.end());
+  const bool rejection = rejection_sampled(s);
+  const std::vector<SparseDist> q = std::move(s.draft_q);
+  s.tokens.resize(s.tokens.size() - size_t(n_draft));
+  s.n_draft = 0;
+  s.draft_q.clear();
+  s.n_accepted = 0;
+  for (int32_t i = 0; i <= n_draft; ++i) {
+    if (i < n_draft) ++s.result.n_spec_proposed;  // counted as verified: not past an end
+    const size_t r = row0 + size_t(i);
+    bool accepted = false;
+    int32_t id;
+    if (rejection && i < n_draft) {
+      id = rejection_step(s, row_of(r), drafts[size_t(i)], q[size_t(i)], accepted);
+    } else {  // the target's own choice; a draft token is kept when it is that
+      id = choose(r);
+      accepted = i < n_draft && id == drafts[size_t(i)];
+    }
+    if (accepted) {
+      ++s.n_accepted;
+      ++s.result.n_spec_accepted;
+    }
+    if (!append(s, id)) return false;
+    if (!accepted) break;
+  }
+  return true;
+}
+
+int32_t OutputProcessor::rejection_step(Sequence& s, std::span<float> row, int32_t draft,
+                                        const SparseDist& q, bool& accepted) {
+  std::vector<float> raw;
+  if (s.req.top_logprobs >= 0) raw.assign(row.begin(), row.end());  // distribution() changes row
+  const auto& p = s.sampler->distribution(row, s.tokens);
+  float p_draft = 0, q_draft = 0;
+  for (const auto& c : p)
+    if (c.id == draft) p_draft = c.p;
+  for (const auto& [id, prob] : q)
+    if (id == draft) q_draft = prob;
+  int32_t id = draft;
+  accepted = accept_draft(p_draft, q_draft, s.sampler->uniform());
+  if (!accepted) {  // from max(0, p - q), normalised
+    if (q_dense_.empty()) q_dense_.assign(size_t(model_->config().n_vocab), 0.f);
+    for (const auto& [qid, prob] : q) q_dense_[size_t(qid)] = prob;
+    residual(p, q_dense_, ids_, weights_);
+    for (const auto& e : q) q_dense_[size_t(e.first)] = 0.f;
+    id = s.sampler->draw(ids_, weights_);
+  }
+  if (s.req.top_logprobs >= 0) s.result.logprobs.push_back(logprob_of(raw, id, s.req.top_logprobs));
+  return id;
 }
 
 int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
@@ -108,6 +191,12 @@ int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   const float logit = raw.empty() ? row[size_t(id)] : raw[size_t(id)];
   s.result.logprobs.push_back({id, logit - lse, std::move(top)});
   return id;
+}
+
+TokenLogprob OutputProcessor::logprob_of(std::span<const float> raw, int32_t id, int32_t n_top) {
+  const float lse = log_sum_exp(raw);
+  auto top = top_logprobs(raw, lse, size_t(n_top), order_);
+  return {id, raw[size_t(id)] - lse, std::move(top)};
 }
 
 bool OutputProcessor::append(Sequence& s, int32_t id) {

@@ -9,6 +9,7 @@
 // fed back, so the KV cache never holds more than n_ctx - 1 of them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,19 +28,35 @@ class OutputProcessor {
 
   // Readies a new sequence: its sampler, detokenizer, stop filter, clock.
   void start(Sequence& s) const;
-  // One token for each sequence of `sampling` (logits row r of the runner's
-  // last step is sampling[r]); returns those that ended, stop_reason set.
-  std::vector<Sequence*> update(std::span<Sequence* const> sampling, ModelRunner& runner);
+  // The tokens of each sequence of the plan that samples (logits rows of
+  // the runner's last step in plan order, 1 + n_draft each): one token, or
+  // with draft tokens, those the target accepts and one of its own (the
+  // drafts are taken off s.tokens first; s.n_accepted says how many were
+  // kept). Returns the sequences that ended, stop_reason set.
+  std::vector<Sequence*> update(std::span<const ScheduledSeq> plan, ModelRunner& runner);
   // Completes the result and calls on_done (once per sequence).
   void finish(Sequence& s, const std::string& reason) const;
 
  private:
   int32_t sample_on_host(Sequence& s, std::span<float> row);
+  // Appends the target's tokens for s from rows row0.. (row_of gives one,
+  // choose the target's choice from it); false when the sequence ends.
+  bool verify(Sequence& s, int32_t n_draft, size_t row0,
+              const std::function<int32_t(size_t)>& choose,
+              const std::function<std::span<float>(size_t)>& row_of);
+  // The rejection rule for one draft token drawn from q: the draft, or a
+  // draw from the residual max(0, p - q) (accepted says which).
+  int32_t rejection_step(Sequence& s, std::span<float> row, int32_t draft, const SparseDist& q,
+                         bool& accepted);
+  TokenLogprob logprob_of(std::span<const float> raw, int32_t id, int32_t n_top);
   bool append(Sequence& s, int32_t id);  // false when the sequence ends
 
   std::shared_ptr<const LoadedModel> model_;
   int32_t n_ctx_;
   std::vector<int32_t> order_;  // scratch for top log-probabilities
+  std::vector<float> q_dense_;  // scratch: a draft distribution by id (zeros between uses)
+  std::vector<int32_t> ids_;    // scratch: a residual distribution
+  std::vector<float> weights_;
 };
 
 }  // namespace wick

@@ -6,6 +6,26 @@
 
 namespace wick {
 
+const char* spec_method_name(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::Default:
+      return "default";
+    case SpecMethod::Off:
+      return "off";
+    case SpecMethod::Ngram:
+      return "ngram";
+    case SpecMethod::Draft:
+      return "draft";
+  }
+  return "?";
+}
+
+std::optional<SpecMethod> spec_method_from_name(std::string_view name) {
+  for (SpecMethod m : {SpecMethod::Default, SpecMethod::Off, SpecMethod::Ngram, SpecMethod::Draft})
+    if (name == spec_method_name(m)) return m;
+  return std::nullopt;
+}
+
 void validate_request(const GenerateRequest& req, int32_t n_vocab) {
   if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
   if (req.max_tokens < 0)
@@ -35,6 +55,9 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
                                       b, e, i - 1, req.spans[i - 1].first,
                                       req.spans[i - 1].second));
   }
+  if (req.draft_max < -1 || req.draft_max > kMaxDraft)
+    throw GenerateError(
+        fmt::format("draft_max must be in [0, {}] (got {})", kMaxDraft, req.draft_max));
   if (req.span_recompute < -1)
     throw GenerateError(fmt::format("span_recompute must be >= 0 (got {})", req.span_recompute));
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -13,6 +14,14 @@
 #include "sampling/sampler.h"
 
 namespace wick {
+
+// Speculative decoding (engine/speculative.h): guessed tokens verified in
+// one target pass. Default: the engine's choice (EngineConfig::spec).
+enum class SpecMethod { Default, Off, Ngram, Draft };
+inline constexpr int32_t kMaxDraft = 64;     // draft tokens per step, at most
+const char* spec_method_name(SpecMethod m);  // "default", "off", "ngram", "draft"
+// The method of a name as above; nullopt for another.
+std::optional<SpecMethod> spec_method_from_name(std::string_view name);
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;
@@ -35,6 +44,11 @@ struct GenerateRequest {
   // everything before them (quality repair; not for a span at position 0,
   // which has nothing before it); -1: the engine's default.
   int32_t span_recompute = -1;
+  // Speculative decoding: which proposer guesses the next tokens, and at
+  // most how many per step (-1: the engine's draft_max). Never changes
+  // what greedy decoding gives; sampled output keeps its distribution.
+  SpecMethod spec = SpecMethod::Default;
+  int32_t draft_max = -1;
 };
 
 struct TokenLogprob {
@@ -61,6 +75,11 @@ struct GenerateResult {
   // span cache: spans found cached, spans computed (by a span job), span
   // tokens taken from the cache, span tokens computed again in place
   int32_t n_span_hits = 0, n_span_misses = 0, n_span_reused = 0, n_span_recomputed = 0;
+  // speculative decoding: draft tokens proposed and verified (guesses past
+  // the end of the generation are not counted), those the target accepted, and the target's forward
+  // passes that gave this request tokens (tokens per forward = tokens.size() / n_forwards; 1
+  // without drafts)
+  int32_t n_spec_proposed = 0, n_spec_accepted = 0, n_forwards = 0;
 };
 
 struct GenerateError : std::runtime_error {  // bad request (too long, bad parameters)

@@ -17,13 +17,6 @@ int32_t prompt_tokens_in(const Sequence& s, int32_t from, int32_t n) {
 
 }  // namespace
 
-std::vector<Sequence*> SchedulerOutput::sampling() const {
-  std::vector<Sequence*> out;
-  for (const auto& w : seqs)
-    if (w.samples) out.push_back(w.seq);
-  return out;
-}
-
 void Scheduler::add(std::unique_ptr<Sequence> s) {
   waiting_.push_back(std::move(s));
 }
@@ -68,6 +61,35 @@ void Scheduler::drop_span_state(Sequence& s) {
   s.skip_from = s.skip_to = -1;
 }
 
+std::vector<Sequence*> Scheduler::running() const {
+  std::vector<Sequence*> out;
+  for (const auto& s : running_) out.push_back(s.get());
+  return out;
+}
+
+void Scheduler::drop_drafts(Sequence& s) {
+  s.tokens.resize(s.tokens.size() - size_t(s.n_draft));
+  s.n_draft = 0;
+  s.draft_q.clear();
+  trim_blocks(s, int32_t(s.tokens.size()));
+}
+
+void Scheduler::trim_blocks(Sequence& s, int32_t n_positions) {
+  const int32_t bs = pool_.block_size();
+  const size_t keep = size_t((n_positions + bs - 1) / bs);
+  while (s.block_table.size() > keep) {
+    pool_.release(s.block_table.back());
+    s.block_table.pop_back();
+  }
+}
+
+void Scheduler::settle_drafts(Sequence& s) {
+  s.n_computed += s.n_accepted;
+  s.n_accepted = 0;
+  trim_blocks(s, s.n_computed);
+  commit_full_blocks(s);
+}
+
 void Scheduler::free_blocks(Sequence& s) {
   drop_span_state(s);
   for (int32_t b : s.block_table) pool_.release(b);
@@ -98,6 +120,7 @@ void Scheduler::admit(Sequence& s) {
 }
 
 void Scheduler::preempt(Sequence& s) {
+  if (s.n_draft) drop_drafts(s);
   free_blocks(s);  // recomputed from the prompt (and what it generated) when readmitted
   // spans are placed again then: count that placement alone
   GenerateResult& r = s.result;
@@ -226,7 +249,8 @@ SchedulerOutput Scheduler::schedule() {
   int32_t budget = lim_.max_batch_tokens;
   short_of_blocks_ = false;
   auto take = [&](Sequence& s, int32_t n) {
-    out.seqs.push_back({&s, n, !s.is_span_job() && s.n_computed + n == int32_t(s.tokens.size())});
+    const bool samples = !s.is_span_job() && s.n_computed + n == int32_t(s.tokens.size());
+    out.seqs.push_back({&s, n, samples, samples ? s.n_draft : 0});
     out.copies.insert(out.copies.end(), s.pending_copies.begin(), s.pending_copies.end());
     s.pending_copies.clear();
     budget -= n;
@@ -253,7 +277,11 @@ SchedulerOutput Scheduler::schedule() {
   // Running sequences, oldest first; preempt the newest when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
-    const int32_t n = place_spans(s) ? std::min(catch_up(s), budget) : 0;
+    int32_t n = place_spans(s) ? std::min(catch_up(s), budget) : 0;
+    if (s.n_draft && (n < catch_up(s) || !ensure_blocks(s, n))) {  // drafts go first
+      drop_drafts(s);
+      n = std::min(catch_up(s), budget);
+    }
     if (n <= 0) {  // waits for a span
       ++i;
       continue;
@@ -316,7 +344,7 @@ void Scheduler::update(const SchedulerOutput& plan) {
     Sequence& s = *w.seq;
     Sequence& owner = s.is_span_job() ? *s.parent : s;  // a job's tokens are its parent's work
     owner.result.n_prefilled += prompt_tokens_in(s, s.n_computed, w.n_tokens);
-    s.n_computed += w.n_tokens;
+    s.n_computed += w.n_tokens - w.n_draft;  // draft tokens count once accepted
     if (s.n_computed == s.skip_from) {
       s.n_computed = s.skip_to;
       s.skip_from = s.skip_to = -1;

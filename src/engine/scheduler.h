@@ -17,6 +17,11 @@
 // attention over everything before them, into private copies of their
 // blocks; the rest of the span is skipped. A step in which nothing can run
 // (jobs or copies found no blocks) preempts the newest sequence.
+//
+// Speculative decoding: a decoding sequence may carry draft tokens after
+// its last one (Sequence::n_draft); they are computed with it when budget
+// and blocks allow, else dropped (before any preemption). Their K/V counts
+// only once verified (settle_drafts); blocks past it go back.
 #pragma once
 
 #include <cstdint>
@@ -33,15 +38,18 @@ struct ScheduledSeq {
   Sequence* seq = nullptr;
   int32_t n_tokens = 0;  // computed this step, from seq->n_computed on
   bool samples = false;  // reaches the sequence's newest token: its logits choose the next one
+  // the last n_draft tokens are draft tokens to verify (speculative
+  // decoding): each of them, and the token before, has a logits row
+  int32_t n_draft = 0;
 };
 
 struct SchedulerOutput {
-  std::vector<ScheduledSeq> seqs;      // in batch order; logits rows follow the sampling ones
+  // in batch order; logits rows follow the sampling ones (1 + n_draft each)
+  std::vector<ScheduledSeq> seqs;
   std::unique_ptr<Sequence> rejected;  // fits the cache not even alone (removed, blocks freed)
   // KV blocks to copy (source, destination) before the step runs; the
   // sources are released after it (update)
   std::vector<std::pair<int32_t, int32_t>> copies;
-  std::vector<Sequence*> sampling() const;
 };
 
 struct SchedulerLimits {
@@ -61,8 +69,14 @@ class Scheduler {
   std::unique_ptr<Sequence> remove(int64_t id);
   std::unique_ptr<Sequence> remove_any();  // null when empty
   SchedulerOutput schedule();
-  // After the forward pass: counts move on, newly full blocks enter the prefix cache.
+  // After the forward pass: counts move on (draft tokens wait for
+  // settle_drafts), newly full blocks enter the prefix cache.
   void update(const SchedulerOutput& plan);
+  // After verification: the accepted draft tokens' K/V is kept (s.n_accepted
+  // of them), the rest is dropped: blocks past the kept tokens go back.
+  void settle_drafts(Sequence& s);
+  // Running sequences, oldest first (the engine asks proposers for them).
+  std::vector<Sequence*> running() const;
 
   bool has_work() const { return !running_.empty() || !waiting_.empty() || !jobs_.empty(); }
   int32_t n_running() const { return int32_t(running_.size()); }
@@ -76,6 +90,8 @@ class Scheduler {
   void admit(Sequence& s);
   void preempt(Sequence& s);
   void free_blocks(Sequence& s);
+  void drop_drafts(Sequence& s);                       // draft tokens that do not fit this step
+  void trim_blocks(Sequence& s, int32_t n_positions);  // blocks past n_positions go back
   void commit_full_blocks(Sequence& s);
   // Finds or starts the blocks of the spans s has not placed yet.
   void resolve_spans(Sequence& s);

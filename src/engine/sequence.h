@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -14,6 +15,9 @@
 #include "text/detokenizer.h"
 
 namespace wick {
+
+// A distribution over a few ids: (id, probability), the rest 0.
+using SparseDist = std::vector<std::pair<int32_t, float>>;
 
 struct Sequence {
   using clock = std::chrono::steady_clock;
@@ -54,6 +58,16 @@ struct Sequence {
   // span jobs: the sequence and span they compute for
   Sequence* parent = nullptr;
   size_t parent_span = 0;
+
+  // speculative decoding: this step's draft tokens stand at the end of
+  // `tokens` until verified (the scheduler counts them, then drops them if
+  // they do not fit); verification replaces them with what the target
+  // accepts, and the scheduler keeps the K/V of those alone
+  int32_t n_draft = 0;
+  // the distribution each draft token was drawn from, when a draft model
+  // sampled it (else empty: accepted only when the target draws the same)
+  std::vector<SparseDist> draft_q;
+  int32_t n_accepted = 0;  // draft tokens the last verification accepted
 
   // output processing's
   std::unique_ptr<Sampler> sampler;

@@ -11,7 +11,7 @@ namespace {
 // copied), a step as long as the whole prompt (req.prefill_chunk sets the
 // chunks), buffers grown as needed.
 EngineConfig session_config(const LoadedModel& m, int32_t n_ctx, bool span_cache,
-                            int32_t span_recompute) {
+                            int32_t span_recompute, SpecConfig spec) {
   EngineConfig c;
   c.n_ctx = std::max<int32_t>(1, std::min<int32_t>(n_ctx, int32_t(m.config().n_ctx_train)));
   c.n_blocks = (c.n_ctx + c.block_size - 1) / c.block_size;
@@ -23,16 +23,17 @@ EngineConfig session_config(const LoadedModel& m, int32_t n_ctx, bool span_cache
   c.max_batch_tokens = c.n_ctx;
   c.reserve_scratch = false;
   c.prefix_cache = true;  // the conversation's blocks wait there for the next turn
+  c.spec = std::move(spec);
   return c;
 }
 
 }  // namespace
 
 Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx, bool span_cache,
-                 int32_t span_recompute)
+                 int32_t span_recompute, SpecConfig spec)
     : model_(std::move(model)),
       engine_(std::make_unique<Engine>(
-          model_, session_config(*model_, n_ctx, span_cache, span_recompute))) {}
+          model_, session_config(*model_, n_ctx, span_cache, span_recompute, std::move(spec)))) {}
 
 Session::~Session() = default;
 

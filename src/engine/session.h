@@ -23,9 +23,10 @@ class Session {
  public:
   // n_ctx: tokens the session can hold (at most the model's training context);
   // span_cache: the engine's, for requests with spans, which compute the
-  // first span_recompute tokens of each span again unless they say otherwise.
+  // first span_recompute tokens of each span again unless they say otherwise;
+  // spec: speculative decoding (the draft model's cache holds n_ctx tokens too).
   Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx, bool span_cache = false,
-          int32_t span_recompute = 16);
+          int32_t span_recompute = 16, SpecConfig spec = {});
   ~Session();
   // on_text receives text as it forms; returning false cancels. Throws
   // GenerateError for a bad request.

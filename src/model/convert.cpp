@@ -26,6 +26,26 @@ std::string gguf_arch(Arch a) {
   return "?";
 }
 
+// One row of f32 values written as type t.
+void encode(DType t, const float* x, uint8_t* dst, int64_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, x, size_t(n) * 4);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_f16(x[i]);
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(x[i]);
+      return;
+    case DType::Q8_0:
+      quantize_row_q8_0(x, dst, n);
+      return;
+    default:
+      throw_model("convert: cannot write type {}", dtype_name(t));
+  }
+}
+
 class Emitter {
  public:
   Emitter(GgufWriter& w, DType type) : w_(w), type_(type) {}
@@ -67,24 +87,6 @@ class Emitter {
   }
 
  private:
-  static void encode(DType t, const float* x, uint8_t* dst, int64_t n) {
-    switch (t) {
-      case DType::F32:
-        std::memcpy(dst, x, size_t(n) * 4);
-        return;
-      case DType::F16:
-        for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_f16(x[i]);
-        return;
-      case DType::BF16:
-        for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(x[i]);
-        return;
-      case DType::Q8_0:
-        quantize_row_q8_0(x, dst, n);
-        return;
-      default:
-        throw_model("convert: cannot write type {}", dtype_name(t));
-    }
-  }
   GgufWriter& w_;
   DType type_;
 };
@@ -188,6 +190,47 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
     e.matrix(p + "ffn_gate_exps.weight", g, id);
     e.matrix(p + "ffn_up_exps.weight", u, id);
     e.matrix(p + "ffn_down_exps.weight", d, id);
+  }
+  w.write(out_path);
+}
+
+void convert_gguf(const std::string& src, const std::string& out_path, DType type) {
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0)
+    throw_model("convert: output type {} is not supported (f32, f16, bf16, q8_0)",
+                dtype_name(type));
+  GgufFile f(src);
+  GgufWriter w;
+  for (const auto& [key, v] : f.metadata()) {
+    if (key == "general.alignment") continue;  // the writer's own
+    w.set(key, key == "general.file_type" ? GgufValue::u32(type == DType::F32    ? 0
+                                                           : type == DType::F16  ? 1
+                                                           : type == DType::Q8_0 ? 7
+                                                                                 : 32)
+                                          : v);
+  }
+  std::vector<float> row;
+  for (const std::string& name : f.tensor_order()) {
+    const TensorView& t = *f.tensors().find(name);
+    const int64_t n_in = t.shape.back(), n_rows = t.numel() / n_in;
+    // Vectors and MoE routers stay f32 (as convert_hf_to_gguf writes them);
+    // rows that do not fit the type's block size too.
+    DType to = type;
+    if (t.shape.size() < 2 || name.find("ffn_gate_inp") != std::string::npos ||
+        n_in % traits(to).block_size)
+      to = DType::F32;
+    if (to == t.dtype) {
+      w.add_tensor(name, to, t.shape, t.data, t.n_bytes);
+      continue;
+    }
+    const size_t in_rb = row_bytes(t.dtype, n_in), out_rb = row_bytes(to, n_in);
+    std::vector<uint8_t> out(size_t(n_rows) * out_rb);
+    row.resize(size_t(n_in));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      dequantize_row_ref(t.dtype, static_cast<const uint8_t*>(t.data) + size_t(r) * in_rb,
+                         row.data(), n_in);
+      encode(to, row.data(), out.data() + size_t(r) * out_rb, n_in);
+    }
+    w.add_tensor(name, to, t.shape, out.data(), out.size());
   }
   w.write(out_path);
 }

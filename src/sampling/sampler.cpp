@@ -99,14 +99,52 @@ void Sampler::min_p(float p) {
   cand_.resize(keep);
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+namespace {
+size_t argmax(std::span<const float> x) {
+  size_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+}  // namespace
+
+const std::vector<Sampler::Cand>& Sampler::distribution(std::span<float> logits,
+                                                        std::span<const int32_t> history) {
   apply_penalties(logits, history);
   if (p_.temperature == 0.0f) {
-    size_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i)
-      if (logits[i] > logits[best]) best = i;
-    return int32_t(best);
+    const size_t best = argmax(logits);
+    cand_.assign(1, {logits[best], 1.0f, int32_t(best)});
+    return cand_;
   }
+  load_candidates(logits);
+  top_k(p_.top_k);
+  softmax();
+  top_p(p_.top_p);
+  min_p(p_.min_p);
+  double total = 0;
+  for (auto& c : cand_) total += c.p;
+  for (auto& c : cand_) c.p = float(c.p / total);
+  return cand_;
+}
+
+double Sampler::uniform() {
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+int32_t Sampler::draw(std::span<const int32_t> ids, std::span<const float> weights) {
+  double total = 0;
+  for (float w : weights) total += w;
+  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    r -= weights[i];
+    if (r < 0) return ids[i];
+  }
+  return ids.back();
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  apply_penalties(logits, history);
+  if (p_.temperature == 0.0f) return int32_t(argmax(logits));
   load_candidates(logits);
   top_k(p_.top_k);
   softmax();

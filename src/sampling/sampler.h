@@ -44,6 +44,7 @@ class Sampler {
   // Chooses the next token from logits (modified in place by the penalties).
   // `history` is every token of the sequence so far (prompt and generated).
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  const SamplingParams& params() const { return p_; }
 
   // The processors one by one (public for tests). Each works on cand_.
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
@@ -58,6 +59,16 @@ class Sampler {
   void softmax();
   void top_p(float p);
   void min_p(float p);
+
+  // The distribution sample() draws from, normalised: the candidates left
+  // after the processors, best first (greedy: the argmax alone, p = 1).
+  // Modifies logits like sample(); consumes no randomness. For speculative
+  // decoding, which needs p and q, not only a draw.
+  const std::vector<Cand>& distribution(std::span<float> logits, std::span<const int32_t> history);
+  double uniform();  // a draw in [0, 1) from this sampler's generator
+  // An id drawn with probability proportional to weights[i] (ids[i]); the
+  // last one when rounding leaves the draw past the total.
+  int32_t draw(std::span<const int32_t> ids, std::span<const float> weights);
 
  private:
   SamplingParams p_;

@@ -51,8 +51,21 @@ size_t EngineLoop::n_engines() const {
 
 Engine& EngineLoop::engine_for(const std::shared_ptr<const LoadedModel>& m) {
   auto it = engines_.find(m.get());
-  if (it == engines_.end()) it = engines_.emplace(m.get(), std::make_unique<Engine>(m, cfg_)).first;
-  return *it->second;
+  if (it != engines_.end()) return *it->second;
+  EngineConfig c = cfg_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (c.spec.draft && m->path != draft_target_) {  // the draft is the default model's
+      c.spec.draft = nullptr;
+      if (c.spec.method == SpecMethod::Draft) c.spec.method = SpecMethod::Off;
+    }
+  }
+  return *engines_.emplace(m.get(), std::make_unique<Engine>(m, c)).first->second;
+}
+
+void EngineLoop::set_draft_target(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  draft_target_ = path;
 }
 
 void EngineLoop::release_slot() {
@@ -77,6 +90,9 @@ void EngineLoop::add_jobs(std::deque<Job>& jobs) {
       metrics_.add_tokens(uint64_t(r.n_prompt), r.tokens.size());
       metrics_.add_spans(uint64_t(r.n_span_hits), uint64_t(r.n_span_misses),
                          uint64_t(r.n_span_reused), uint64_t(r.n_span_recomputed));
+      if (r.n_spec_proposed > 0)
+        metrics_.add_spec(uint64_t(r.n_spec_proposed), uint64_t(r.n_spec_accepted), r.tokens.size(),
+                          uint64_t(r.n_forwards));
       if (!r.tokens.empty()) metrics_.ttft.observe(r.ttft_ms / 1e3);
       live_.erase(ch.get());
       ch->finished = true;

@@ -29,6 +29,9 @@ class EngineLoop {
               std::shared_ptr<Channel> ch);
   void cancel(const std::shared_ptr<Channel>& ch);  // frees the request's blocks within one step
   bool alive() const { return alive_; }
+  // The model (resolved path) whose engine gets the config's draft model;
+  // other models' engines have none.
+  void set_draft_target(const std::string& path);
   EngineGauges gauges() const;
   size_t n_engines() const;  // engines held (each with its KV cache)
 
@@ -58,6 +61,7 @@ class EngineLoop {
   std::map<const Channel*, std::pair<Engine*, int64_t>> live_;     // engine thread only
   size_t n_in_flight_ = 0;
   size_t n_engines_ = 0;  // engines_.size(), for other threads
+  std::string draft_target_;
   EngineGauges gauges_;
   bool stop_ = false;
   std::atomic<bool> alive_{false};

@@ -300,7 +300,11 @@ void on_signal(int) {
 int serve(const ServerConfig& cfg) {
   Api api(cfg);
   // Load the default model up front: /health reports ready once it is in.
-  find_model(cfg.default_model, cfg.default_model, false);
+  auto def = find_model(cfg.default_model, cfg.default_model, false);
+  if (cfg.engine.spec.draft) {  // a draft of another vocabulary is the operator's error: no start
+    check_same_vocab(*def, *cfg.engine.spec.draft);
+    api.loop.set_draft_target(def->path);
+  }
   GuardedServer svr(cfg.max_header_bytes);
   const HostFilter hosts(cfg.host, cfg.allowed_hosts);
   svr.new_task_queue = [n = cfg.n_http_threads] { return new httplib::ThreadPool(size_t(n)); };

@@ -106,6 +106,20 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
   r.stop = parse_stop(obj, spec.stop_key, spec.n_stop_max);
 }
 
+void parse_spec(const json& obj, const std::string& param_prefix, GenerateRequest& r) {
+  if (auto m = field<std::string>(obj, "spec")) {
+    auto method = spec_method_from_name(*m);
+    if (!method || *method == SpecMethod::Default)
+      bad(param_prefix + "spec", "spec must be \"off\", \"ngram\" or \"draft\"");
+    r.spec = *method;
+  }
+  if (auto k = field<int64_t>(obj, "draft_max")) {
+    if (*k < 0 || *k > kMaxDraft)
+      bad(param_prefix + "draft_max", fmt::format("draft_max must be in [0, {}]", kMaxDraft));
+    r.draft_max = int32_t(*k);
+  }
+}
+
 std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n) {
   std::vector<std::string> out;
   if (!obj.contains(key) || obj[key].is_null()) return out;

@@ -92,6 +92,9 @@ struct SamplingSpec {
 SamplingParams parse_sampling(const json& obj, const SamplingSpec& spec, uint64_t random_seed);
 // Sets r.max_tokens (at most room, the context left after the prompt) and r.stop.
 void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, GenerateRequest& r);
+// wick's speculative decoding extras: "spec" ("off", "ngram", "draft") and
+// "draft_max" (0-64) of obj; param_prefix goes before their names in errors.
+void parse_spec(const json& obj, const std::string& param_prefix, GenerateRequest& r);
 // A string or an array of at most max_n non-empty strings of at most kMaxStopBytes.
 std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n);
 

@@ -8,6 +8,22 @@ std::string finish_reason(const std::string& stop) {
   return stop;
 }
 
+void SpecTotals::add(const GenerateResult& r) {
+  proposed += r.n_spec_proposed;
+  accepted += r.n_spec_accepted;
+  tokens += int64_t(r.tokens.size());
+  forwards += r.n_forwards;
+}
+
+json SpecTotals::to_json() const {
+  if (proposed == 0) return nullptr;
+  return {{"proposed", proposed},
+          {"accepted", accepted},
+          {"acceptance_rate", double(accepted) / double(proposed)},
+          {"forwards", forwards},
+          {"tokens_per_forward", forwards ? double(tokens) / double(forwards) : 0.0}};
+}
+
 Channels Submitter::submit(std::shared_ptr<const LoadedModel> m, const GenerateRequest& r,
                            int32_t n_choices) {
   Channels chans;

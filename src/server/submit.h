@@ -32,6 +32,15 @@ class StreamWriter {
 // The APIs' finish reason for an engine stop reason.
 std::string finish_reason(const std::string& stop_reason);
 
+// Speculative decoding's counts over a request's results (wick's usage extra).
+struct SpecTotals {
+  int64_t proposed = 0, accepted = 0, tokens = 0, forwards = 0;
+  void add(const GenerateResult& r);
+  // {proposed, accepted, acceptance_rate, forwards, tokens_per_forward};
+  // null when no draft was proposed.
+  json to_json() const;
+};
+
 class Submitter {
  public:
   // client_gone: whether the client of the calling HTTP thread hung up.

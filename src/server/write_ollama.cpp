@@ -93,6 +93,9 @@ json ollama_final(bool chat, const std::string& model, Clock::time_point t0,
   o["prompt_eval_duration"] = ns(g.ttft_ms);
   o["eval_count"] = g.tokens.size();
   o["eval_duration"] = ns(std::max(0.0, total_ms - g.ttft_ms));
+  SpecTotals spec;  // wick's extra
+  spec.add(g);
+  if (auto s = spec.to_json(); !s.is_null()) o["speculative"] = s;
   return o;
 }
 

@@ -113,6 +113,9 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
   }
   json usage = usage_json(n_prompt, n_gen);
   add_span_usage(usage, results);
+  SpecTotals spec;
+  for (const auto& g : results) spec.add(g);
+  if (auto s = spec.to_json(); !s.is_null()) usage["speculative"] = s;
   return {{"id", meta.id},           {"object", r.chat ? "chat.completion" : "text_completion"},
           {"created", meta.created}, {"model", meta.model},
           {"choices", choices},      {"usage", usage}};
@@ -148,6 +151,7 @@ std::string OpenAiStream::text(size_t i, const std::string& piece) {
 std::string OpenAiStream::done(size_t i, const GenerateResult& r) {
   n_prompt_ = r.n_prompt;
   n_gen_ += int64_t(r.tokens.size());
+  spec_.add(r);
   std::string out;
   if (chat_ && !started_[i]) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
   if (r.stop_reason.rfind("error", 0) == 0)
@@ -164,6 +168,8 @@ std::string OpenAiStream::done(size_t i, const GenerateResult& r) {
 
 std::string OpenAiStream::end() {
   std::string tail;
+  json usage = usage_json(n_prompt_, n_gen_);
+  if (auto s = spec_.to_json(); !s.is_null()) usage["speculative"] = s;
   if (usage_in_stream_)
     tail += "data: " +
             json{{"id", meta_.id},
@@ -171,7 +177,7 @@ std::string OpenAiStream::end() {
                  {"created", meta_.created},
                  {"model", meta_.model},
                  {"choices", json::array()},
-                 {"usage", usage_json(n_prompt_, n_gen_)}}
+                 {"usage", usage}}
                 .dump() +
             "\n\n";
   return tail + "data: [DONE]\n\n";

@@ -42,6 +42,7 @@ class OpenAiStream : public StreamWriter {
   OpenAiMeta meta_;
   std::vector<bool> started_;  // chat: the role chunk was sent
   int64_t n_prompt_ = 0, n_gen_ = 0;
+  SpecTotals spec_;
 };
 
 }  // namespace wick::server
