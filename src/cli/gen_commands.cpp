@@ -364,6 +364,12 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(size_t(1) << 10, size_t(1) << 24));
   cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-events", cfg.kv_events,
+                  "publish KV-cache events (blocks stored in / removed from the prefix cache) "
+                  "as vLLM does, ZMQ PUB + msgpack, on this address, e.g. tcp://*:5557 (default: "
+                  "off)");
+  cmd->add_option("--kv-events-topic", cfg.kv_events_topic,
+                  "the ZMQ topic of --kv-events messages (default kv-events)");
   cmd->add_flag("--span-cache", cfg.engine.span_cache,
                 "each model's engine keeps keys before RoPE, so that the documents of a span "
                 "query (POST /v1/query/execute, the children of plus) are computed once and "

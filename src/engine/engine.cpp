@@ -119,6 +119,7 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg
       runner_(model_, runner_limits(cfg_, scheduler_.blocks().n_blocks())),
       ngram_(cfg_.spec.ngram_min, cfg_.spec.ngram_max),
       output_(model_, cfg_.n_ctx) {
+  if (cfg_.kv_events) scheduler_.set_kv_event_log(&kv_events_);
   if (cfg_.spec.draft)
     draft_ = std::make_unique<DraftModelProposer>(cfg_.spec.draft, scheduler_.blocks().n_blocks(),
                                                   cfg_.block_size, cfg_.max_batch_tokens,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "engine/draft_proposer.h"
 #include "engine/model_pool.h"
@@ -45,6 +46,9 @@ struct EngineConfig {
   // engine, the draft model (its KV cache gets as many blocks as the
   // target's), the proposers' limits.
   SpecConfig spec;
+  // Record the prefix cache's stored / removed blocks for take_kv_events
+  // (wick serve --kv-events publishes them).
+  bool kv_events = false;
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 
@@ -68,6 +72,10 @@ class Engine {
   int32_t n_running() const { return scheduler_.n_running(); }
   int32_t n_waiting() const { return scheduler_.n_waiting(); }
   const BlockPool& blocks() const { return scheduler_.blocks(); }
+  // The KV-cache events since the last call (config().kv_events), oldest first.
+  std::vector<BlockPool::Event> take_kv_events() { return std::exchange(kv_events_, {}); }
+  // Empties the prefix cache (an idle engine about to be freed).
+  void drop_cached_blocks() { scheduler_.drop_cached_blocks(); }
   uint64_t n_preemptions() const { return scheduler_.n_preemptions(); }
   uint64_t n_steps() const { return n_steps_; }
   const EngineConfig& config() const { return cfg_; }
@@ -78,6 +86,7 @@ class Engine {
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
   Scheduler scheduler_;
+  std::vector<BlockPool::Event> kv_events_;
   ModelRunner runner_;
   NgramProposer ngram_;
   std::unique_ptr<DraftModelProposer> draft_;  // with a draft model

@@ -83,6 +83,8 @@ class Scheduler {
   int32_t n_waiting() const { return int32_t(waiting_.size()); }
   uint64_t n_preemptions() const { return n_preemptions_; }
   const BlockPool& blocks() const { return pool_; }
+  void set_kv_event_log(std::vector<BlockPool::Event>* log) { pool_.set_event_log(log); }
+  void drop_cached_blocks() { pool_.drop_cached(); }
 
  private:
   int32_t catch_up(const Sequence& s) const;

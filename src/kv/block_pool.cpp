@@ -53,8 +53,13 @@ void BlockPool::unhash(int32_t id) {
   if (!b.hashed) return;
   auto it = by_hash_.find(b.hash);
   if (it != by_hash_.end() && it->second == id) by_hash_.erase(it);
+  if (events_) events_->push_back({false, b.hash, std::nullopt, {}});
   b.hashed = false;
   b.tokens.clear();
+}
+
+void BlockPool::drop_cached() {
+  for (int32_t id = 0; id < n_blocks(); ++id) unhash(id);
 }
 
 int32_t BlockPool::allocate() {
@@ -76,13 +81,17 @@ void BlockPool::release(int32_t id) {
   }
 }
 
-bool BlockPool::store(int32_t id, uint64_t h, std::span<const int32_t> tokens) {
+bool BlockPool::store(int32_t id, uint64_t h, uint64_t parent, std::span<const int32_t> tokens) {
   Block& b = blocks_[size_t(id)];
   if (b.hashed || by_hash_.count(h)) return false;  // an identical block is already cached
   b.hashed = true;
   b.hash = h;
   b.tokens.assign(tokens.begin(), tokens.end());
   by_hash_[h] = id;
+  if (events_) {
+    const bool root = parent == 0 || parent == kSpanRoot;
+    events_->push_back({true, h, root ? std::nullopt : std::optional<uint64_t>(parent), b.tokens});
+  }
   return true;
 }
 
@@ -91,7 +100,7 @@ uint64_t BlockPool::commit(int32_t id, uint64_t parent, std::span<const int32_t>
   if (!prefix_cache_) return h;
   const Block& b = blocks_[size_t(id)];
   if (b.hashed) return b.hash;
-  store(id, h, tokens);
+  store(id, h, parent, tokens);
   return h;
 }
 
@@ -124,7 +133,7 @@ void BlockPool::commit_span(std::span<const int32_t> blocks, std::span<const int
   for (size_t i = 0, start = 0; start < tokens.size(); ++i, start += size_t(block_size_)) {
     auto chunk = tokens.subspan(start, std::min(size_t(block_size_), tokens.size() - start));
     const uint64_t h = chain_hash(parent, chunk);
-    store(blocks[i], h, chunk);
+    store(blocks[i], h, parent, chunk);
     parent = h;
   }
 }

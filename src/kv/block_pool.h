@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,18 @@ class BlockPool {
   std::vector<int32_t> match_span(std::span<const int32_t> tokens);
   void commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens);
 
+  // KV-cache events, for routers that track which blocks each replica holds
+  // (vLLM's BlockStored / BlockRemoved): appended to `log` while it is set.
+  struct Event {
+    bool stored = false;  // else removed
+    uint64_t hash = 0;
+    std::optional<uint64_t> parent;  // the block before (none: a sequence's or span's first)
+    std::vector<int32_t> tokens;     // stored blocks: the tokens they hold
+  };
+  void set_event_log(std::vector<Event>* log) { events_ = log; }
+  // Forgets every cached block's content (each a removed event).
+  void drop_cached();
+
   // counters
   uint64_t n_queries = 0, n_query_tokens = 0, n_hit_tokens = 0;
   uint64_t n_span_queries = 0, n_span_hits = 0;
@@ -58,8 +71,9 @@ class BlockPool {
     std::list<int32_t>::iterator free_it;
   };
   void unhash(int32_t b);
-  // Registers a block under hash h with its tokens; false when h is taken.
-  bool store(int32_t id, uint64_t h, std::span<const int32_t> tokens);
+  // Registers a block under hash h (parent: the hash before it, 0 or
+  // kSpanRoot for none) with its tokens; false when h is taken.
+  bool store(int32_t id, uint64_t h, uint64_t parent, std::span<const int32_t> tokens);
   static constexpr uint64_t kSpanRoot = 0x5350414e524f4f54ull;  // "SPANROOT"
 
   int32_t block_size_;
@@ -68,6 +82,7 @@ class BlockPool {
   std::vector<Block> blocks_;
   std::list<int32_t> free_;  // front = least recently freed
   std::unordered_map<uint64_t, int32_t> by_hash_;
+  std::vector<Event>* events_ = nullptr;
 };
 
 }  // namespace wick

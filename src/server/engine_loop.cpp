@@ -4,8 +4,14 @@
 
 namespace wick::server {
 
-EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool)
-    : cfg_(cfg), max_queue_(max_queue), metrics_(metrics), pool_(pool) {
+EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool,
+                       std::unique_ptr<KvEventPublisher> kv_events)
+    : cfg_(cfg),
+      max_queue_(max_queue),
+      metrics_(metrics),
+      pool_(pool),
+      kv_events_(std::move(kv_events)) {
+  cfg_.kv_events = kv_events_ != nullptr;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -125,16 +131,33 @@ void EngineLoop::step_engines() {
       spdlog::error("engine step failed: {}", ex.what());
       e->abort_all(std::string("engine step failed: ") + ex.what());
     }
+    publish_kv_events(*k, *e);
+  }
+}
+
+void EngineLoop::publish_kv_events(const LoadedModel& m, Engine& e) {
+  if (!kv_events_) return;
+  const auto events = e.take_kv_events();
+  const std::string medium = m.backend().device() == Device::Cuda ? "GPU" : "CPU";
+  try {
+    kv_events_->publish(events, e.config().block_size, medium);
+  } catch (const std::exception& ex) {  // routers lose precision, requests go on
+    spdlog::warn("kv events: {}", ex.what());
   }
 }
 
 void EngineLoop::free_evicted_engines() {
   for (auto it = engines_.begin(); it != engines_.end();) {
-    const Engine& e = *it->second;
-    if (e.n_running() + e.n_waiting() == 0 && !pool_.holds(*it->first))
+    Engine& e = *it->second;
+    if (e.n_running() + e.n_waiting() == 0 && !pool_.holds(*it->first)) {
+      if (kv_events_) {  // its cached blocks go with it
+        e.drop_cached_blocks();
+        publish_kv_events(*it->first, e);
+      }
       it = engines_.erase(it);  // the last reference to the model's weights goes with it
-    else
+    } else {
       ++it;
+    }
   }
 }
 

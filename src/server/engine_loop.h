@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "server/channel.h"
+#include "server/kv_events.h"
 #include "server/metrics.h"
 
 namespace wick::server {
@@ -22,7 +23,9 @@ namespace wick::server {
 class EngineLoop {
  public:
   // pool: whose models keep their engines (the server's: ModelPool::global()).
-  EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool);
+  // kv_events: where the engines' KV-cache events go (null: nowhere).
+  EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool,
+             std::unique_ptr<KvEventPublisher> kv_events = nullptr);
   ~EngineLoop();
   // false when the queue is full (the caller answers 429)
   bool submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req,
@@ -48,11 +51,13 @@ class EngineLoop {
   void step_engines();
   void free_evicted_engines();
   void update_gauges();
+  void publish_kv_events(const LoadedModel& m, Engine& e);
 
   EngineConfig cfg_;
   size_t max_queue_;
   Metrics& metrics_;
   const ModelPool& pool_;
+  std::unique_ptr<KvEventPublisher> kv_events_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;

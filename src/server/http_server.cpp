@@ -28,7 +28,10 @@ namespace {
 struct Api {
   explicit Api(const ServerConfig& c)
       : cfg(c),
-        loop(c.engine, c.max_queue, metrics, ModelPool::global()),
+        loop(c.engine, c.max_queue, metrics, ModelPool::global(),
+             c.kv_events.empty()
+                 ? nullptr
+                 : std::make_unique<KvEventPublisher>(c.kv_events, c.kv_events_topic)),
         sub(loop, &GuardedServer::client_gone) {}
 
   ModelView view(const LoadedModel& m) const { return model_view(m, cfg.engine.n_ctx); }

@@ -21,6 +21,10 @@ struct ServerConfig {
   size_t max_header_bytes = 64u << 10;  // request line and headers
   size_t max_queue = 256;               // requests in flight before 429
   int n_http_threads = 128;
+  // KV-cache events (vLLM's format over ZMQ): an address to bind, e.g.
+  // tcp://*:5557; empty: off.
+  std::string kv_events;
+  std::string kv_events_topic = "kv-events";
   EngineConfig engine;
 };
 
