@@ -57,7 +57,9 @@ def gateway(urls, policy):
     port = free_port()
     p = subprocess.Popen([sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
                           "--policy", policy, "--host", "127.0.0.1", "--port", str(port),
-                          "--prometheus-port", str(free_port())],
+                          "--prometheus-port", str(free_port()),
+                          # a dead replica found within seconds (defaults: every 60 s, 3 failures)
+                          "--health-check-interval-secs", "2", "--health-failure-threshold", "2"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: sum(w["is_healthy"] for w in requests.get(url + "/workers", timeout=1).json()["workers"])

@@ -1,5 +1,6 @@
 #include "server/write_openai.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace wick::server {
@@ -112,6 +113,9 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
                          {"finish_reason", finish_reason(g.stop_reason)}});
   }
   json usage = usage_json(n_prompt, n_gen);
+  int64_t cached = 0;  // counted once, like the prompt
+  for (const auto& g : results) cached = std::max<int64_t>(cached, g.n_reused);
+  usage["prompt_tokens_details"] = {{"cached_tokens", cached}};
   add_span_usage(usage, results);
   SpecTotals spec;
   for (const auto& g : results) spec.add(g);
@@ -152,6 +156,7 @@ std::string OpenAiStream::done(size_t i, const GenerateResult& r) {
   n_prompt_ = r.n_prompt;
   n_gen_ += int64_t(r.tokens.size());
   spec_.add(r);
+  n_cached_ = std::max<int64_t>(n_cached_, r.n_reused);
   std::string out;
   if (chat_ && !started_[i]) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
   if (r.stop_reason.rfind("error", 0) == 0)
@@ -169,6 +174,7 @@ std::string OpenAiStream::done(size_t i, const GenerateResult& r) {
 std::string OpenAiStream::end() {
   std::string tail;
   json usage = usage_json(n_prompt_, n_gen_);
+  usage["prompt_tokens_details"] = {{"cached_tokens", n_cached_}};
   if (auto s = spec_.to_json(); !s.is_null()) usage["speculative"] = s;
   if (usage_in_stream_)
     tail += "data: " +

@@ -41,7 +41,7 @@ class OpenAiStream : public StreamWriter {
   bool chat_, usage_in_stream_;
   OpenAiMeta meta_;
   std::vector<bool> started_;  // chat: the role chunk was sent
-  int64_t n_prompt_ = 0, n_gen_ = 0;
+  int64_t n_prompt_ = 0, n_gen_ = 0, n_cached_ = 0;
   SpecTotals spec_;
 };
 
