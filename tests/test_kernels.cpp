@@ -511,5 +511,52 @@ TEST(RmsNorm, MatchesFloat64Reference) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The row and element ops split long inputs across threads (prefill): a whole batch gives the
+// same bits as each row (or element range) alone, with an uneven split (3 threads).
+TEST(RowOps, ThreadSplitEqualsRowByRow) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd;
+  const int64_t n_rows = 301, n = 896, n_heads = 14, hd = 64;
+  std::vector<float> x(static_cast<size_t>(n_rows * n)), w(static_cast<size_t>(n)),
+      b(static_cast<size_t>(n)), inv_freq(static_cast<size_t>(hd / 2));
+  for (std::vector<float>* v : {&x, &w, &b})
+    for (auto& f : *v) f = nd(rng);
+  for (int64_t i = 0; i < hd / 2; ++i)
+    inv_freq[size_t(i)] = float(std::pow(1e6, -2.0 * double(i) / double(hd)));
+  std::vector<int32_t> pos(static_cast<size_t>(n_rows));
+  std::iota(pos.begin(), pos.end(), 7);
+  const int saved = cpu::n_threads();
+  cpu::set_n_threads(3);
+  std::vector<float> all(x.size()), one(x.size());
+  cpu::rmsnorm(x.data(), w.data(), n_rows, n, 1e-6f, all.data());
+  for (int64_t r = 0; r < n_rows; ++r)
+    cpu::rmsnorm(x.data() + r * n, w.data(), 1, n, 1e-6f, one.data() + r * n);
+  EXPECT_EQ(all, one) << "rmsnorm";
+  all = x, one = x;
+  cpu::add_bias(all.data(), b.data(), n_rows, n);
+  for (int64_t r = 0; r < n_rows; ++r) cpu::add_bias(one.data() + r * n, b.data(), 1, n);
+  EXPECT_EQ(all, one) << "add_bias";
+  all = x, one = x;
+  cpu::rope(all.data(), pos.data(), n_rows, n_heads, hd, inv_freq.data());
+  for (int64_t r = 0; r < n_rows; ++r)
+    cpu::rope(one.data() + r * n, pos.data() + r, 1, n_heads, hd, inv_freq.data());
+  EXPECT_EQ(all, one) << "rope";
+  // flat ops over a length that leaves a tail for the scalar path
+  const int64_t len = n_rows * n - 5, piece = 1024;  // pieces as aligned as the split's
+  all = x, one = x;
+  cpu::add(all.data(), x.data(), len);
+  for (int64_t i = 0; i < len; i += piece)
+    cpu::add(one.data() + i, x.data() + i, std::min(piece, len - i));
+  EXPECT_EQ(all, one) << "add";
+  all = x, one = x;
+  std::vector<float> up(x.rbegin(), x.rend());
+  cpu::silu_mul(all.data(), up.data(), len);
+  for (int64_t i = 0; i < len; i += piece)
+    cpu::silu_mul(one.data() + i, up.data() + i, std::min(piece, len - i));
+  EXPECT_EQ(all, one) << "silu_mul";
+  cpu::set_n_threads(saved);
+}
+
 }  // namespace
 }  // namespace wick::test

@@ -12,6 +12,26 @@ namespace wick::cpu {
 
 namespace {
 int g_n_threads = 0;
+
+// Prefill makes these ops long enough (hundreds of rows) that one thread doing them while the
+// others wait at the next matmul shows in the profile. They are per row or per element, so
+// splitting [0, n) across the threads changes no bits; pieces start at multiples of `align`
+// so that every element takes the same vector or tail path as in one piece.
+constexpr int64_t kParallelMin = 32768;  // elements below which the fork costs more than it saves
+
+template <class F>
+void for_ranges(int64_t n, int64_t align, int64_t elems, F f) {
+  const int nt = elems >= kParallelMin ? n_threads() : 1;
+  if (nt == 1) return f(int64_t(0), n);
+  const int64_t units = (n + align - 1) / align;
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), m = omp_get_num_threads();
+    const int64_t b = std::min(n, units * t / m * align),
+                  e = std::min(n, units * (t + 1) / m * align);
+    if (b < e) f(b, e);
+  }
+}
 }  // namespace
 
 float* thread_buf(size_t n) {
@@ -36,48 +56,57 @@ void embed(const Weight& tok, const int32_t* ids, int64_t n, float* out) {
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
-    const float inv = 1.f / std::sqrt(float(ss / double(n)) + eps);
-    for (int64_t i = 0; i < n; ++i) yr[i] = w[i] * (xr[i] * inv);
-  }
+  for_ranges(n_rows, 1, n_rows * n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
+      const float inv = 1.f / std::sqrt(float(ss / double(n)) + eps);
+      for (int64_t i = 0; i < n; ++i) yr[i] = w[i] * (xr[i] * inv);
+    }
+  });
 }
 
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) {
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+  for_ranges(n_rows, 1, n_rows * n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+  });
 }
 
 void add(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  for_ranges(n, 64, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) y[i] += x[i];
+  });
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  simd().silu_mul(gate, up, n);
+  const auto& k = simd();
+  for_ranges(n, 64, n, [&](int64_t i0, int64_t i1) { k.silu_mul(gate + i0, up + i0, i1 - i0); });
 }
 
 void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t head_dim,
           const float* inv_freq) {
   const int64_t half = head_dim / 2;
-  float* cs = thread_buf(size_t(head_dim));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = float(pos[r]) * inv_freq[i];
-      cs[i] = std::cos(angle);
-      cs[half + i] = std::sin(angle);
-    }
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (r * n_heads + h) * head_dim;
+  for_ranges(n_rows, 1, n_rows * n_heads * head_dim, [&](int64_t r0, int64_t r1) {
+    float* cs = thread_buf(size_t(head_dim));
+    for (int64_t r = r0; r < r1; ++r) {
       for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * cs[i] - b * cs[half + i];
-        v[i + half] = b * cs[i] + a * cs[half + i];
+        const float angle = float(pos[r]) * inv_freq[i];
+        cs[i] = std::cos(angle);
+        cs[half + i] = std::sin(angle);
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + (r * n_heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * cs[half + i];
+          v[i + half] = b * cs[i] + a * cs[half + i];
+        }
       }
     }
-  }
+  });
 }
 
 void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
