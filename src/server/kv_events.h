@@ -26,7 +26,6 @@ class KvEventPublisher {
   // One batch; medium names where the blocks live ("CPU" or "GPU").
   void publish(std::span<const BlockPool::Event> events, int32_t block_size,
                const std::string& medium);
-  uint64_t n_batches() const { return seq_; }
 
  private:
   struct Zmq;
