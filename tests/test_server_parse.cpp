@@ -477,7 +477,8 @@ TEST(ServerWrite, OpenAiChatStream) {
             chunk(0, role, "null") + chunk(0, "{}", R"("length")"));
   EXPECT_EQ(
       w.end(),
-      head + R"("choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9}})" +
+      head +
+          R"("choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":0}}})" +
           "\n\ndata: [DONE]\n\n");
 }
 
@@ -487,7 +488,7 @@ TEST_F(ServerParse, OpenAiResponses) {
       .tokens = {1, 2}, .text = " Paris", .stop_reason = "context", .n_prompt = 4};
   EXPECT_EQ(
       openai_response(r, {"cmpl-3", 12, "m"}, {g}, *qwen3_).dump(),
-      R"({"id":"cmpl-3","object":"text_completion","created":12,"model":"m","choices":[{"index":0,"text":" Paris","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}})");
+      R"({"id":"cmpl-3","object":"text_completion","created":12,"model":"m","choices":[{"index":0,"text":" Paris","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":0}}})");
   // Logprobs in each endpoint's shape, tokens as the tokenizer spells them.
   const int32_t hello = qwen3_->encode("Hello")[0], world = qwen3_->encode(" world")[0];
   GenerateResult lp = g;
