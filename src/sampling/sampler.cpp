@@ -116,15 +116,19 @@ const std::vector<Sampler::Cand>& Sampler::distribution(std::span<float> logits,
     cand_.assign(1, {logits[best], 1.0f, int32_t(best)});
     return cand_;
   }
+  keep_candidates(logits);
+  double total = 0;
+  for (auto& c : cand_) total += c.p;
+  for (auto& c : cand_) c.p = float(c.p / total);
+  return cand_;
+}
+
+void Sampler::keep_candidates(std::span<const float> logits) {
   load_candidates(logits);
   top_k(p_.top_k);
   softmax();
   top_p(p_.top_p);
   min_p(p_.min_p);
-  double total = 0;
-  for (auto& c : cand_) total += c.p;
-  for (auto& c : cand_) c.p = float(c.p / total);
-  return cand_;
 }
 
 double Sampler::uniform() {
@@ -145,11 +149,7 @@ int32_t Sampler::draw(std::span<const int32_t> ids, std::span<const float> weigh
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   apply_penalties(logits, history);
   if (p_.temperature == 0.0f) return int32_t(argmax(logits));
-  load_candidates(logits);
-  top_k(p_.top_k);
-  softmax();
-  top_p(p_.top_p);
-  min_p(p_.min_p);
+  keep_candidates(logits);
   double total = 0;
   for (auto& c : cand_) total += c.p;
   double r = std::uniform_real_distribution<double>(0.0, total)(rng_);

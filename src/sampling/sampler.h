@@ -54,6 +54,8 @@ class Sampler {
     int32_t id;
   };
   const std::vector<Cand>& candidates() const { return cand_; }
+  // the filters in order: the candidates that survive, with softmax weights (not renormalised)
+  void keep_candidates(std::span<const float> logits);
   void load_candidates(std::span<const float> logits);  // all ids, logits / temperature
   void top_k(int32_t k);
   void softmax();
