@@ -5,6 +5,8 @@
 
 #include <numeric>
 
+#include "backend/cpu/packed.h"
+#include "backend/cpu/simd.h"
 #include "helpers.h"
 #include "model/convert.h"
 
@@ -15,27 +17,42 @@ class TinyModel : public ::testing::TestWithParam<std::string> {};
 
 // f32 weights: relative error (max abs diff / max abs logit) under 1e-4 at
 // every position; bf16 weights: against the reference computed with weights
-// rounded to bf16, same bound.
+// rounded to bf16, the same bound on the exact path (WICK_MATMUL=exact); the
+// default path rounds activations to bf16 where the CPU has vdpbf16ps, as
+// llama.cpp does: 1.5e-2 (measured 4e-3 to 8e-3; transformers run in bf16 is
+// off by 7e-3 to 1e-2, docs/perf.md). Token by token equals one pass on both.
 TEST_P(TinyModel, LogitsMatchTransformers) {
   WICK_REQUIRE_SHARED();
   const std::string dir = tiny_dir(GetParam());
   auto ref = read_json(dir + "/reference.json");
-  for (const char* variant : {"f32", "bf16"}) {
-    const bool bf16 = std::string(variant) == "bf16";
-    auto m = load_model(bf16 ? dir + "/bf16" : dir);
-    double worst = 0;
+  struct Variant {
+    const char* name;
+    bool bf16;
+    cpu::MatmulMode mode;
+  };
+  const cpu::MatmulMode was = cpu::matmul_mode();
+  for (const Variant v :
+       {Variant{"f32", false, was}, Variant{"bf16x", true, cpu::MatmulMode::Exact},
+        Variant{"bf16", true, cpu::MatmulMode::Default}}) {
+    cpu::set_matmul_mode(v.mode);
+    auto m = load_model(v.bf16 ? dir + "/bf16" : dir);
+    const bool rounded = v.bf16 && v.mode != cpu::MatmulMode::Exact && cpu::simd().bf16_dp;
+    double worst = 0, worst_steps = 0;
     for (auto& p : ref["prompts"]) {
       auto ids = p["ids"].get<std::vector<int32_t>>();
       auto want =
-          read_f32(dir + "/" + p[bf16 ? "logits_bf16_weights" : "logits"].get<std::string>());
+          read_f32(dir + "/" + p[v.bf16 ? "logits_bf16_weights" : "logits"].get<std::string>());
       auto got = run_all_logits(*m, ids);
       ASSERT_EQ(got.size(), want.size());
       worst = std::max(worst, rel_err(got, want));
+      worst_steps = std::max(worst_steps, rel_err(run_all_logits(*m, ids, 1), got));
     }
-    EXPECT_LT(worst, 1e-4) << GetParam() << " " << variant;
-    std::printf("[ report ] %-10s %-5s worst relative error %.2e\n", GetParam().c_str(), variant,
-                worst);
+    EXPECT_LT(worst, rounded ? 1.5e-2 : 1e-4) << GetParam() << " " << v.name;
+    EXPECT_LT(worst_steps, 1e-6) << GetParam() << " " << v.name << " token by token";
+    std::printf("[ report ] %-10s %-5s worst relative error %.2e%s\n", GetParam().c_str(), v.name,
+                worst, rounded ? " (bf16 activations)" : "");
   }
+  cpu::set_matmul_mode(was);
 }
 
 TEST_P(TinyModel, ChunkedPrefillEqualsOnePass) {

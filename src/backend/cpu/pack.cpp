@@ -2,6 +2,7 @@
 #include <omp.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -356,18 +357,38 @@ PackedWeight pack_weight(const Weight& w) {
   return p;
 }
 
+namespace {
+
+MatmulMode mode_from_env() {
+  const char* e = std::getenv("WICK_MATMUL");
+  const std::string m = e ? e : "";
+  if (m.empty()) return MatmulMode::Default;
+  if (m == "exact") return MatmulMode::Exact;
+  if (m == "fast") return MatmulMode::Fast;
+  throw std::runtime_error("WICK_MATMUL=" + m + ": not one of exact, fast");
+}
+
+std::atomic<MatmulMode>& mode_slot() {
+  static std::atomic<MatmulMode> mode{mode_from_env()};
+  return mode;
+}
+
+}  // namespace
+
+MatmulMode matmul_mode() {
+  return mode_slot().load(std::memory_order_relaxed);
+}
+void set_matmul_mode(MatmulMode m) {
+  mode_slot().store(m, std::memory_order_relaxed);
+}
+
 GemmPath choose_path(DType t, const SimdKernels& k) {
-  static const std::string mode = [] {
-    const char* e = std::getenv("WICK_MATMUL");
-    std::string m = e ? e : "";
-    if (!m.empty() && m != "exact" && m != "fast")
-      throw std::runtime_error("WICK_MATMUL=" + m + ": not one of exact, fast");
-    return m;
-  }();
-  if (!code_bits(t))  // f32, f16, bf16
-    return mode == "fast" && t == DType::BF16 && k.bf16_dp ? GemmPath::BF16 : GemmPath::F32;
-  if (mode == "exact") return GemmPath::F32;
-  if (mode == "fast") return GemmPath::I8;
+  const MatmulMode mode = matmul_mode();
+  if (t == DType::BF16)  // bf16 activations, as llama.cpp: see packed.h for the error
+    return mode != MatmulMode::Exact && k.bf16_dp ? GemmPath::BF16 : GemmPath::F32;
+  if (!code_bits(t)) return GemmPath::F32;  // f32, f16
+  if (mode == MatmulMode::Exact) return GemmPath::F32;
+  if (mode == MatmulMode::Fast) return GemmPath::I8;
   // SmolLM2's types: its logits are held to 1e-4 of a float64 forward, and int8 activations
   // in its Q4_1 layers or its Q8_0 output matrix alone give 5.8e-2.
   return t == DType::Q4_1 || t == DType::Q8_0 ? GemmPath::I8X3 : GemmPath::I8;

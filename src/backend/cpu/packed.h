@@ -136,13 +136,17 @@ void matmul_packed(const PackedMatrix& m, const float* x, int64_t n_rows, float*
 void unpack_row(const PackedMatrix& m, int64_t o, float* out);
 
 // The path the matrix multiply takes for a weight of this type on this kernel
-// set. By default F32 for f32, f16 and bf16 weights (the transformers logits
-// tests hold them to 1e-4 of f32-activation references, which bf16
-// activations miss by 5e-3); I8X3 for Q4_1 and Q8_0 (SmolLM2's types, held to
-// 1e-4 of a float64 forward, which int8 activations miss by 5.8e-2); I8 for
-// the other block types. WICK_MATMUL=exact: F32 for every type;
-// WICK_MATMUL=fast: I8 for every block type and BF16 for bf16 weights where
-// the set has vdpbf16ps.
+// set. By default F32 for f32 and f16 weights (held to 1e-4 of transformers'
+// f32 logits); BF16 for bf16 weights where the set has vdpbf16ps: activations
+// rounded to bf16 as llama.cpp does, 1.5x its prefill rate, 4e-3 to 8e-3 from
+// the f32-activation reference where transformers itself, run in bf16, misses
+// by 7e-3 to 1e-2 (docs/perf.md); I8X3 for Q4_1 and Q8_0 (SmolLM2's types,
+// held to 1e-4 of a float64 forward, which int8 activations miss by 5.8e-2);
+// I8 for the other block types. WICK_MATMUL=exact: F32 for every type;
+// WICK_MATMUL=fast: I8 for every block type, BF16 for bf16.
+enum class MatmulMode { Default, Exact, Fast };
+MatmulMode matmul_mode();            // WICK_MATMUL, read once, unless set below
+void set_matmul_mode(MatmulMode m);  // for tests: holds for weights packed after it
 struct SimdKernels;
 GemmPath choose_path(DType t, const SimdKernels& k);
 
