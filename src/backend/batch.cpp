@@ -104,12 +104,20 @@ void Batch::finish(int32_t block_size, int32_t table_width, int32_t ctx_round) {
         }
       }
     }
+    int32_t* shift = section(8, size_t(n_seq) * size_t(a.max_blocks));
+    for (size_t i = 0, n = size_t(n_seq) * size_t(a.max_blocks); i < n; i += size_t(a.max_blocks))
+      for (int32_t blk = 0, holes = 0; blk < a.max_blocks; ++blk) {
+        const int32_t v = fill[i + size_t(blk)], begin = v >> 16, end = v & 0xffff;
+        shift[i + size_t(blk)] = holes + begin;
+        holes += block_size - (end - begin);
+      }
+    int32_t* rope_pos = section(9, size_t(n_tok));
     for (int32_t t = 0; t < n_tok; ++t) {  // a token must not land in a hole
       const int32_t pos = positions[size_t(t)], off = pos % block_size;
-      const int32_t v =
-          fill[size_t(seq_of[size_t(t)]) * size_t(a.max_blocks) + size_t(pos / block_size)];
-      if (off < (v >> 16) || off >= (v & 0xffff))
+      const size_t at = size_t(seq_of[size_t(t)]) * size_t(a.max_blocks) + size_t(pos / block_size);
+      if (off < (fill[at] >> 16) || off >= (fill[at] & 0xffff))
         throw std::invalid_argument("batch: position " + std::to_string(pos) + " is in a hole");
+      rope_pos[t] = pos - shift[at];
     }
   }
   finished_ = true;
@@ -126,6 +134,8 @@ BatchArgs Batch::args(const int32_t* base) const {
   a.logit_rows = base + off_[5];
   a.runs = base + off_[6];
   a.block_fill = has_fill_ ? base + off_[7] : nullptr;
+  a.block_shift = has_fill_ ? base + off_[8] : nullptr;
+  a.rope_pos = has_fill_ ? base + off_[9] : a.positions;
   return a;
 }
 

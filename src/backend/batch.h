@@ -31,6 +31,12 @@ struct BatchArgs {
   // block_size; a span placed at an offset may start past slot 0), or null
   // when every block is full up to the sequence's positions.
   const int32_t* block_fill = nullptr;
+  // With block_fill: [n_seqs * max_blocks] the holes before each block's
+  // first valid slot. RoPE counts only filled slots, so a span layout's
+  // tokens sit at the positions of the same prompt without holes: a key in
+  // slot position j of block j / block_size is rotated by j - block_shift.
+  const int32_t* block_shift = nullptr;
+  const int32_t* rope_pos = nullptr;    // [n_tokens] positions minus holes (= positions without)
   const int32_t* logit_rows = nullptr;  // [n_logits] tokens whose logits are wanted
   const int32_t* runs = nullptr;        // [n_runs * 2] first token, token count
 };
@@ -72,8 +78,8 @@ class Batch {
   std::vector<int32_t> packed_;
   BatchArgs shape_;  // the counts (pointers unset)
   // offsets into packed_ of: token_ids, positions, seq_of, slots, block_table, logit_rows, runs,
-  // block_fill
-  size_t off_[8] = {};
+  // block_fill, block_shift, rope_pos
+  size_t off_[10] = {};
   bool has_fill_ = false;
   bool finished_ = false;
 };

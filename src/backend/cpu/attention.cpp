@@ -71,6 +71,7 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
     const int64_t seq = b.seq_of[w.first];
     const int32_t* table = b.block_table + seq * b.max_blocks;
     const int32_t* fill = b.block_fill ? b.block_fill + seq * b.max_blocks : nullptr;
+    const int32_t* shift = b.block_fill ? b.block_shift + seq * b.max_blocks : nullptr;
     auto lo_of = [&](int64_t p) {
       return s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
     };
@@ -99,7 +100,7 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
         valid |= uint64_t(1) << jj;
         const float* src = kl + slot * kv_dim + kv_off;
         if (rope) {
-          const float* cs = rope->row(j);
+          const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
           for (int64_t i = 0; i < half; ++i) {
             const float x0 = src[i], x1 = src[i + half];
             col[i * kChunk] = x0 * cs[i] - x1 * cs[half + i];

@@ -88,7 +88,7 @@ class CpuBackend final : public Backend {
   void silu_mul(float* gate, const float* up, int64_t n) override { cpu::silu_mul(gate, up, n); }
   void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
             const float* inv_freq) override {
-    cpu::rope(x, b.positions, b.n_tokens, n_heads, head_dim, inv_freq);
+    cpu::rope(x, b.rope_pos, b.n_tokens, n_heads, head_dim, inv_freq);
   }
   void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                 const float* v) override {

@@ -130,7 +130,9 @@ __device__ __noinline__ void stage_rotated_k(const AttnArgs& a, const BatchArgs&
       const int slot = table[pos / b.block_size] * b.block_size + pos % b.block_size;
       const __half* kr =
           static_cast<const __half*>(a.k_cache) + size_t(slot) * kv_dim + size_t(kvh) * HD;
-      const float* cs = a.rope + size_t(pos) * HD;
+      const int blk = pos / b.block_size;  // RoPE counts only filled slots (holes shift)
+      const float* cs =
+          a.rope + size_t(fill ? pos - b.block_shift[fill - b.block_fill + blk] : pos) * HD;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float x0 = __half2float(kr[d + e]), x1 = __half2float(kr[H2 + d + e]);
@@ -557,7 +559,8 @@ __global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
     const float* vr = static_cast<const float*>(a.v_cache) + slot * kv_dim + (h / G) * HD;
     float s = 0.f;
     if (a.rope) {  // pre-RoPE key: rotated pair by pair, lane i taking pairs i, i + 32, ...
-      const float* cs = a.rope + size_t(j) * HD;
+      const int jr = fill ? j - b.block_shift[fill - b.block_fill + j / b.block_size] : j;
+      const float* cs = a.rope + size_t(jr) * HD;
       for (int i = lane; i < HD / 2; i += 32) {
         const float x0 = kr[i], x1 = kr[i + HD / 2];
         s += q[i] * (x0 * cs[i] - x1 * cs[HD / 2 + i]) +

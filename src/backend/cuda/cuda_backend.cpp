@@ -291,7 +291,7 @@ class CudaBackend final : public Backend {
   }
   void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
             const float* inv_freq) override {
-    cuda::rope(x, b.positions, b.n_tokens, int(n_heads), int(head_dim), inv_freq, st_);
+    cuda::rope(x, b.rope_pos, b.n_tokens, int(n_heads), int(head_dim), inv_freq, st_);
   }
   void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                 const float* v) override {
@@ -302,7 +302,7 @@ class CudaBackend final : public Backend {
                      const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
     if (skip("rope")) return;
     cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                        !kv.pre_rope, b.slots, b.positions, b.n_tokens, int(s.n_head),
+                        !kv.pre_rope, b.slots, b.rope_pos, b.n_tokens, int(s.n_head),
                         int(s.n_head_kv), int(s.head_dim), inv_freq, st_);
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
