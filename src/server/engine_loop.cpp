@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 namespace wick::server {
 
 EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, ModelPool& pool,
@@ -173,6 +177,7 @@ void EngineLoop::publish_kv_events(const LoadedModel& m, Engine& e) {
 }
 
 void EngineLoop::free_evicted_engines() {
+  const size_t n_before = engines_.size();
   for (auto it = engines_.begin(); it != engines_.end();) {
     Engine& e = *it->second;
     if (e.n_running() + e.n_waiting() == 0 && !pool_.holds(*it->first)) {
@@ -185,6 +190,11 @@ void EngineLoop::free_evicted_engines() {
       ++it;
     }
   }
+#ifdef __GLIBC__
+  // Weights and buffers below malloc's mmap threshold went back to its heaps;
+  // give those pages back to the system, so that an unload shows in RSS.
+  if (engines_.size() < n_before) malloc_trim(0);
+#endif
 }
 
 void EngineLoop::update_gauges() {
