@@ -228,6 +228,47 @@ TEST(Embed, LastPoolingIsTheLastHiddenStateNormalised) {
   for (size_t i = 0; i < dim; ++i) EXPECT_NEAR(got[i], want[i] / std::sqrt(norm), 1e-4) << i;
 }
 
+// Embeddings run between the steps of running generations: the generations
+// give the tokens they give alone, and the vectors stay the same bits.
+TEST(Embed, BetweenStepsLeavesGenerationsAlone) {
+  WICK_REQUIRE_SHARED();
+  ModelPool pool(1, 0);
+  auto lm = pool.get(tiny_dir("mistral"));
+  EngineConfig cfg;
+  cfg.n_blocks = 64;
+  cfg.n_ctx = 256;
+  cfg.max_batch_tokens = 32;  // the prompts prefill over several steps
+  GenerateRequest req;
+  for (int32_t i = 0; i < 40; ++i) req.prompt.push_back((i * 13 + 2) % 500);
+  req.sampling = SamplingParams::greedy();
+  req.max_tokens = 12;
+  req.ignore_eos = true;
+  auto run = [&](bool with_embeds) {
+    Engine e(lm, cfg);
+    std::vector<std::vector<int32_t>> tokens(2);
+    for (int k = 0; k < 2; ++k) {
+      GenerateRequest r = req;
+      r.prompt[0] = 7 + k;
+      e.add_request(r, {.on_text = {}, .on_done = [&, k](const GenerateResult& g) {
+                          tokens[size_t(k)] = g.tokens;
+                        }});
+    }
+    const auto inputs = embed_inputs();
+    const auto first = with_embeds ? e.embed(inputs, Pooling::Mean) : std::vector<Embedding>{};
+    while (e.step())
+      if (with_embeds) {
+        const auto again = e.embed(inputs, Pooling::Mean);
+        for (size_t i = 0; i < inputs.size(); ++i)
+          EXPECT_TRUE(same_bits(again[i].values, first[i].values)) << i;
+      }
+    EXPECT_EQ(e.blocks().n_used(), 0);
+    return tokens;
+  };
+  const auto plain = run(false);
+  EXPECT_EQ(plain[0].size(), 12u);
+  EXPECT_EQ(run(true), plain);
+}
+
 TEST(Embed, BadInputsAreTheRequestsFault) {
   WICK_REQUIRE_SHARED();
   ModelPool pool(1, 0);
