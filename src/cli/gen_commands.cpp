@@ -15,6 +15,7 @@
 #include "engine/session.h"
 #include "engine/span_prompt.h"
 #include "server/http_server.h"
+#include "server/keep_alive.h"
 #include "server/parse_common.h"
 #include "text/chat_template.h"
 
@@ -378,6 +379,16 @@ void register_serve(CLI::App& app) {
                   "with --span-cache: tokens at the start of each reused span computed again "
                   "with attention over what precedes them (default 16)")
       ->check(CLI::Range(0, 1 << 24));
+  static std::string keep_alive, pooling = "mean";
+  cmd->add_option("--keep-alive", keep_alive,
+                  "how long a model stays loaded after a request that sets no keep_alive: a "
+                  "duration (5m, 1h30m, 10s) or seconds; 0 unloads at once, negative keeps "
+                  "models loaded (default 5m, env WICK_KEEP_ALIVE)");
+  cmd->add_option("--pooling", pooling,
+                  "how embeddings (/v1/embeddings, /api/embed) pool the final hidden states: "
+                  "mean over the input's tokens, or the last token's (default mean: chat models "
+                  "are not trained to sum a text up in its last token)")
+      ->check(CLI::IsMember({"mean", "last"}));
   add_spec_options(cmd, spec);
   add_device_options(cmd);
   cmd->footer(fmt::format(
@@ -400,6 +411,17 @@ void register_serve(CLI::App& app) {
     cfg.engine.spec = spec_config(spec);  // the draft serves --model (requests may turn it off)
     if (cfg.api_key.empty())
       if (const char* k = std::getenv("WICK_API_KEY")) cfg.api_key = k;
+    if (keep_alive.empty())
+      if (const char* k = std::getenv("WICK_KEEP_ALIVE")) keep_alive = k;
+    if (!keep_alive.empty()) {
+      auto d = server::parse_duration(keep_alive);
+      if (!d)
+        throw CLI::ValidationError("--keep-alive", keep_alive +
+                                                       ": expected a duration such as 5m, 1h30m "
+                                                       "or 10s, or a number of seconds");
+      cfg.keep_alive = *d;
+    }
+    cfg.pooling = *pooling_from_name(pooling);
     const int rc = server::serve(cfg);
     if (rc) throw std::runtime_error("the server could not start");
   });

@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "engine/draft_proposer.h"
 #include "engine/model_pool.h"
@@ -52,6 +55,17 @@ struct EngineConfig {
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
 
+// How embeddings pool a sequence's final hidden states (after the final norm).
+enum class Pooling { Mean, Last };
+const char* pooling_name(Pooling p);  // "mean", "last"
+std::optional<Pooling> pooling_from_name(std::string_view name);
+
+// One input's embedding: L2-normalised, n_embd values.
+struct Embedding {
+  std::vector<float> values;
+  int32_t n_tokens = 0;
+};
+
 class Engine {
  public:
   Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg);
@@ -65,6 +79,15 @@ class Engine {
   // (internal_error set) and the others go on.
   bool step();
   void run_until_idle();
+  // Embeddings of token sequences, run now (between steps) through the
+  // runner's hidden-state output: the inputs go as one flat batch per
+  // max_batch_tokens (an input longer goes alone) on KV blocks borrowed from
+  // the free ones and given back. Each row depends on its own input only, so
+  // an input gives the same vector alone and in a batch (on the CPU, bit for
+  // bit). Throws GenerateError for an empty input, one longer than n_ctx or
+  // an id outside the vocabulary; std::runtime_error when the free blocks
+  // cannot hold an input (the cache is full of running requests).
+  std::vector<Embedding> embed(const std::vector<std::vector<int32_t>>& inputs, Pooling pooling);
   // Ends every request with "error: reason" (internal_error set), frees their blocks.
   void abort_all(const std::string& reason);
 

@@ -167,9 +167,16 @@ std::shared_ptr<const LoadedModel> ModelPool::get_stored(const std::string& name
   return get_at(name, resolve_model_name(name));
 }
 
+std::string ModelPool::key_of(const std::string& path) {
+  if (path.rfind("shaped:", 0) == 0) return path;
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
 std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
                                                      const std::string& path) {
-  const std::string key = fs::weakly_canonical(path).string();
+  const std::string key = key_of(path);
   std::shared_future<std::shared_ptr<LoadedModel>> ready;
   std::promise<std::shared_ptr<LoadedModel>> promise;
   bool load_here = false;
@@ -178,11 +185,15 @@ std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
     auto it = entries_.find(key);
     if (it == entries_.end()) {
       ready = promise.get_future().share();
-      entries_[key] = Entry{ready, ++clock_};
+      Entry& e = entries_[key];
+      e.ready = ready;
+      e.last_used = ++clock_;
+      e.keep_alive = default_keep_alive_;
       load_here = true;
       ++n_loads_;
     } else {
       it->second.last_used = ++clock_;
+      if (it->second.n_uses == 0) it->second.idle_since = Clock::now();  // asked for: used
       ready = it->second.ready;
     }
   }
@@ -204,6 +215,127 @@ std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
     evict_locked(key);
   }
   return ready.get();
+}
+
+std::shared_ptr<const LoadedModel> ModelPool::Entry::ready_model() const {
+  if (!ready.valid() || ready.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+    return nullptr;
+  try {
+    return ready.get();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+bool ModelPool::Entry::expired(Clock::time_point now) const {
+  return n_uses == 0 && keep_alive.count() >= 0 && now - idle_since >= keep_alive &&
+         ready_model() != nullptr;  // a load in progress is waited for, not expired
+}
+
+ModelPool::Use& ModelPool::Use::operator=(Use&& o) noexcept {
+  if (this != &o) {
+    release();
+    pool_ = std::exchange(o.pool_, nullptr);
+    model_ = std::move(o.model_);
+  }
+  return *this;
+}
+
+void ModelPool::Use::release() {
+  if (auto* p = std::exchange(pool_, nullptr)) p->end_use(model_);
+  model_.reset();
+}
+
+void ModelPool::set_default_keep_alive(Duration d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  default_keep_alive_ = d;
+}
+
+ModelPool::Duration ModelPool::default_keep_alive() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return default_keep_alive_;
+}
+
+ModelPool::Use ModelPool::use(const std::shared_ptr<const LoadedModel>& m, Duration keep_alive) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string key = key_of(m->path);
+  auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.ready_model() != m)
+    return Use();  // another copy is loaded or loading: m runs unheld and goes after
+  if (it == entries_.end()) {
+    // back into the pool: const_pointer_cast only to fit the future's type; nothing writes it
+    std::promise<std::shared_ptr<LoadedModel>> p;
+    p.set_value(std::const_pointer_cast<LoadedModel>(m));
+    Entry e;
+    e.ready = p.get_future().share();
+    it = entries_.insert_or_assign(key, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  e.last_used = ++clock_;
+  e.keep_alive = keep_alive;
+  ++e.n_uses;
+  return Use(this, m);
+}
+
+void ModelPool::end_use(const std::shared_ptr<const LoadedModel>& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key_of(m->path));
+  if (it == entries_.end() || it->second.ready_model() != m) return;  // unloaded meanwhile
+  Entry& e = it->second;
+  if (e.n_uses > 0) --e.n_uses;
+  if (e.n_uses == 0) e.idle_since = Clock::now();
+}
+
+bool ModelPool::unload(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key_of(path));
+  if (it == entries_.end() || !it->second.ready_model()) return false;
+  entries_.erase(it);  // requests still holding it keep it alive until they finish
+  return true;
+}
+
+size_t ModelPool::expire(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto it = entries_.begin(); it != entries_.end();)
+    if (it->second.expired(now)) {
+      it = entries_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  return n;
+}
+
+std::shared_ptr<const LoadedModel> ModelPool::find_loaded(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key_of(path));
+  return it == entries_.end() ? nullptr : it->second.ready_model();
+}
+
+std::vector<ModelPool::Loaded> ModelPool::loaded() const {
+  std::vector<std::pair<uint64_t, Loaded>> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    const auto sys_now = std::chrono::system_clock::now();
+    for (auto& [k, e] : entries_) {
+      auto m = e.ready_model();
+      if (!m) continue;
+      Loaded l{m, e.n_uses, std::nullopt};
+      if (e.keep_alive.count() >= 0) {
+        // in use: the keep-alive will count from the end of the last use (now at the earliest)
+        const auto left = e.n_uses > 0 ? e.keep_alive : e.keep_alive - (now - e.idle_since);
+        l.expires_at = sys_now + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                     std::max<Clock::duration>(left, Clock::duration::zero()));
+      }
+      out.emplace_back(e.last_used, std::move(l));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<Loaded> r;
+  for (auto& [t, l] : out) r.push_back(std::move(l));
+  return r;
 }
 
 }  // namespace wick

@@ -3,8 +3,14 @@
 // a count (WICK_MAX_LOADED_MODELS, default 2) or byte budget
 // (WICK_MAX_MODEL_BYTES, default 0 = no limit). Two threads asking for the
 // same model wait for one load.
+//
+// Keep-alive (Ollama's): a model unused for its keep-alive is unloaded by
+// expire(); each request holds a Use while it runs and sets the keep-alive,
+// which counts from when the last Use ends. Negative: forever (the default
+// for pools made here; the server sets its --keep-alive).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -12,7 +18,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/forward.h"
@@ -54,6 +62,34 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
 
 class ModelPool {
  public:
+  using Duration = std::chrono::milliseconds;
+  using Clock = std::chrono::steady_clock;
+
+  // A request's hold on a loaded model: while any Use lives the model does
+  // not expire; when the last one ends its keep-alive starts counting.
+  class Use {
+   public:
+    Use() = default;
+    Use(ModelPool* pool, std::shared_ptr<const LoadedModel> m)
+        : pool_(pool), model_(std::move(m)) {}
+    Use(Use&& o) noexcept : pool_(std::exchange(o.pool_, nullptr)), model_(std::move(o.model_)) {}
+    Use& operator=(Use&& o) noexcept;
+    ~Use() { release(); }
+    void release();
+
+   private:
+    ModelPool* pool_ = nullptr;
+    std::shared_ptr<const LoadedModel> model_;
+  };
+
+  // What GET /api/ps lists of a loaded model.
+  struct Loaded {
+    std::shared_ptr<const LoadedModel> model;
+    int32_t n_uses = 0;  // requests holding it
+    // When it unloads (system clock); nullopt: never (a negative keep-alive).
+    std::optional<std::chrono::system_clock::time_point> expires_at;
+  };
+
   ModelPool(size_t max_models, size_t max_bytes, BackendOptions opt = cpu_options())
       : max_models_(max_models), max_bytes_(max_bytes), opt_(opt) {}
   static ModelPool& global();  // limits from the environment (throws on invalid values)
@@ -68,11 +104,35 @@ class ModelPool {
   bool holds(const LoadedModel& m) const;
   size_t n_loads() const { return n_loads_; }  // how many loads ran (for tests)
 
+  // The keep-alive of models loaded from now on until a Use sets theirs.
+  void set_default_keep_alive(Duration d);
+  Duration default_keep_alive() const;
+  // Holds m (a model this pool gave out) with keep_alive for when the hold
+  // ends. A model evicted or expired meanwhile is put back: the request
+  // that holds it keeps it loaded rather than loading a second copy.
+  Use use(const std::shared_ptr<const LoadedModel>& m, Duration keep_alive);
+  // Unloads the model at `path` now (requests running on it finish first:
+  // they keep their reference); false when it was not loaded.
+  bool unload(const std::string& path);
+  // Unloads every model whose keep-alive ran out with no Use; how many.
+  size_t expire(Clock::time_point now = Clock::now());
+  // The model loaded from `path`, or null (never loads).
+  std::shared_ptr<const LoadedModel> find_loaded(const std::string& path) const;
+  // The loaded models, most recently used first.
+  std::vector<Loaded> loaded() const;
+
  private:
   struct Entry {
     std::shared_future<std::shared_ptr<LoadedModel>> ready;
     uint64_t last_used = 0;
+    int32_t n_uses = 0;
+    Duration keep_alive{-1};
+    Clock::time_point idle_since = Clock::now();
+    std::shared_ptr<const LoadedModel> ready_model() const;  // null while loading or failed
+    bool expired(Clock::time_point now) const;
   };
+  void end_use(const std::shared_ptr<const LoadedModel>& m);
+  static std::string key_of(const std::string& path);
   std::shared_ptr<const LoadedModel> get_at(const std::string& name, const std::string& path);
   void evict_locked(const std::string& keep);
 
@@ -82,6 +142,7 @@ class ModelPool {
   std::map<std::string, Entry> entries_;  // by resolved path
   uint64_t clock_ = 0;
   size_t n_loads_ = 0;
+  Duration default_keep_alive_{-1};
 };
 
 }  // namespace wick

@@ -103,6 +103,23 @@ std::span<float> ModelRunner::execute(Batch& b) {
   return {logits_host_.data(), n_rows_ * V};
 }
 
+std::span<const float> ModelRunner::hidden_states(Batch& b) {
+  Backend& be = model_->backend();
+  const size_t n = b.logit_rows.size() * size_t(model_->config().n_embd);
+  hidden_host_.resize(std::max<size_t>(1, n));
+  float* out = hidden_host_.data();
+  if (be.device() != Device::Cpu) {
+    if (hidden_dev_.bytes() < hidden_host_.size() * 4)
+      hidden_dev_ = be.alloc(hidden_host_.size() * 4);
+    out = hidden_dev_.as<float>();
+  }
+  ForwardOptions opt;
+  opt.hidden_states = true;
+  forward(*model_->device, model_->config(), b, *kv_, scratch_, out, opt);
+  if (out != hidden_host_.data()) be.copy_to_host(hidden_host_.data(), out, n * 4);
+  return {hidden_host_.data(), n};
+}
+
 bool ModelRunner::can_sample() const {
   return model_->backend().can_sample();
 }

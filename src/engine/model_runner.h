@@ -39,6 +39,10 @@ class ModelRunner {
   std::span<float> logits_row(size_t r);
   // All of them, [n_logits, n_vocab]: run() then every row.
   std::span<float> execute(Batch& b);
+  // Runs `b` in the forward's hidden-state mode: the final hidden states of
+  // its logit rows on the host, [n_logits, n_embd] (embeddings). The logits
+  // of the last step are left as they were.
+  std::span<const float> hidden_states(Batch& b);
   // One token per logits row chosen on the backend, when it can
   // (Backend::sample); rows may be sampled after logits_row() copies.
   bool can_sample() const;
@@ -58,6 +62,8 @@ class ModelRunner {
   Buffer logits_dev_;               // backend memory (unused on the CPU)
   std::vector<float> logits_host_;  // [n_logits, n_vocab]
   std::vector<uint8_t> row_on_host_;
+  Buffer hidden_dev_;               // hidden_states' output in backend memory (not on the CPU)
+  std::vector<float> hidden_host_;  // [n_rows, n_embd]
   size_t n_rows_ = 0;
 };
 

@@ -90,6 +90,13 @@ void Scheduler::settle_drafts(Sequence& s) {
   commit_full_blocks(s);
 }
 
+std::vector<int32_t> Scheduler::borrow_blocks(int32_t n) {
+  std::vector<int32_t> out;
+  if (n > pool_.n_free()) return out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(pool_.allocate());
+  return out;
+}
+
 void Scheduler::free_blocks(Sequence& s) {
   drop_span_state(s);
   for (int32_t b : s.block_table) pool_.release(b);

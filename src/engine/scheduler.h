@@ -85,6 +85,12 @@ class Scheduler {
   const BlockPool& blocks() const { return pool_; }
   void set_kv_event_log(std::vector<BlockPool::Event>* log) { pool_.set_event_log(log); }
   void drop_cached_blocks() { pool_.drop_cached(); }
+  // n free blocks outside any sequence (an embedding batch's scratch KV,
+  // given back before the next step), all or none: empty when short.
+  std::vector<int32_t> borrow_blocks(int32_t n);
+  void return_blocks(std::span<const int32_t> blocks) {
+    for (int32_t b : blocks) pool_.release(b);
+  }
 
  private:
   int32_t catch_up(const Sequence& s) const;

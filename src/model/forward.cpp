@@ -104,7 +104,7 @@ namespace {
 
 // The kernels of one step (no host synchronisation: it may be recorded).
 void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const BatchArgs& b,
-                KvStore& kv, ForwardScratch& s, float* logits) {
+                KvStore& kv, ForwardScratch& s, float* logits, bool hidden_states = false) {
   const int64_t T = b.n_tokens, D = c.n_embd, hd = c.head_dim, n_out = b.n_logits;
   const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>()};
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
@@ -150,6 +150,10 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
   be.add(x, proj, T * D);
   trace(be, "out", -1, s.x, T, D);
   be.gather_logit_rows(x, b, D, xn);
+  if (hidden_states) {  // the same rows the head would read, in the caller's buffer
+    be.rmsnorm(xn, W.output_norm.f32(), n_out, D, c.rms_eps, logits);
+    return;
+  }
   be.rmsnorm(xn, W.output_norm.f32(), n_out, D, c.rms_eps, s.final_rows.as<float>());
   be.matmul(W.output, s.final_rows.as<float>(), n_out, logits);
 }
@@ -162,8 +166,14 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
     if (id < 0 || id >= c.n_vocab)
       throw_model("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
   batch.finish(int32_t(kv.block_size), opt.table_width, opt.ctx_round);
-  s.reserve(be, c, batch.n_tokens(), int64_t(batch.logit_rows.size()));
+  // the hidden-state mode writes its rows to the caller's buffer: final_rows
+  // keeps its size (a recorded graph holds its address)
+  s.reserve(be, c, batch.n_tokens(), opt.hidden_states ? 0 : int64_t(batch.logit_rows.size()));
   const BatchArgs b = be.upload(batch);
+  if (opt.hidden_states) {
+    run_layers(be, c, W, b, kv, s, logits, true);
+    return;
+  }
   const uint64_t key = be.can_graph() && opt.table_width > 0 ? opt.graph_key : 0;
   if (key) {
     if (be.replay(key)) return;

@@ -37,12 +37,16 @@ struct ForwardOptions {
   // for later steps with the same key (the caller keys on everything that
   // shapes the step: token count, buffers; table_width must be fixed).
   uint64_t graph_key = 0;
+  // Output mode: false writes the logits of b.logit_rows; true writes their
+  // final hidden states instead (after the final norm, [n_logits, n_embd]),
+  // what embeddings pool. Never recorded as a graph.
+  bool hidden_states = false;
 };
 
 // Runs `b` through the model on `be`: writes each token's K/V into `kv` and
 // the logits of b.logit_rows into `logits` ([n_logits, n_vocab], backend
-// memory). Throws ModelError for a batch the model cannot take (token id out
-// of range). `w` must have been prepared on `be`.
+// memory; with opt.hidden_states the final hidden states, [n_logits, n_embd]). Throws ModelError
+// for a batch the model cannot take (token id out of range). `w` must have been prepared on `be`.
 void forward(Backend& be, const ModelConfig& c, const ModelWeights& w, Batch& b, KvStore& kv,
              ForwardScratch& s, float* logits, const ForwardOptions& opt = {});
 inline void forward(const DeviceModel& dm, const ModelConfig& c, Batch& b, KvStore& kv,

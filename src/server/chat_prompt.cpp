@@ -64,6 +64,12 @@ void check_template_kwargs(const json& extra) {
 
 std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const json& tools,
                                  const json& extra) {
+  return m.tokenizer.encode(chat_prompt_text(m, messages, tools, extra),
+                            {.add_special = false, .parse_special = true});
+}
+
+std::string chat_prompt_text(const ModelView& m, const json& messages, const json& tools,
+                             const json& extra) {
   check_messages(messages);
   check_template_kwargs(extra);
   if (!tools.is_null()) {
@@ -88,7 +94,7 @@ std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const
   } catch (const jinja::TemplateError& e) {
     bad("messages", e.what(), "template_error");
   }
-  return tk.encode(text, {.add_special = false, .parse_special = true});
+  return text;
 }
 
 }  // namespace wick::server

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "server/parse_common.h"
@@ -13,5 +14,8 @@ namespace wick::server {
 // tools: null or an array; extra: template variables (chat_template_kwargs).
 std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const json& tools,
                                  const json& extra);
+// The same prompt as text, before encoding (POST /apply-template).
+std::string chat_prompt_text(const ModelView& m, const json& messages, const json& tools,
+                             const json& extra);
 
 }  // namespace wick::server

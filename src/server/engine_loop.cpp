@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 namespace wick::server {
 
-EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool,
+EngineLoop::EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, ModelPool& pool,
                        std::unique_ptr<KvEventPublisher> kv_events)
     : cfg_(cfg),
       max_queue_(max_queue),
@@ -34,6 +38,32 @@ bool EngineLoop::submit(std::shared_ptr<const LoadedModel> model, GenerateReques
   }
   cv_.notify_all();
   return true;
+}
+
+std::optional<std::future<std::vector<Embedding>>> EngineLoop::submit_embed(
+    std::shared_ptr<const LoadedModel> m, std::vector<std::vector<int32_t>> inputs,
+    Pooling pooling) {
+  std::future<std::vector<Embedding>> f;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n_in_flight_ >= max_queue_) return std::nullopt;
+    ++n_in_flight_;
+    embeds_.push_back({std::move(m), std::move(inputs), pooling, {}});
+    f = embeds_.back().done.get_future();
+  }
+  cv_.notify_all();
+  return f;
+}
+
+void EngineLoop::run_embeds(std::deque<EmbedJob>& jobs) {
+  for (auto& j : jobs) {
+    try {
+      j.done.set_value(engine_for(j.model).embed(j.inputs, j.pooling));
+    } catch (...) {
+      j.done.set_exception(std::current_exception());
+    }
+    release_slot();
+  }
 }
 
 void EngineLoop::cancel(const std::shared_ptr<Channel>& ch) {
@@ -147,6 +177,7 @@ void EngineLoop::publish_kv_events(const LoadedModel& m, Engine& e) {
 }
 
 void EngineLoop::free_evicted_engines() {
+  const size_t n_before = engines_.size();
   for (auto it = engines_.begin(); it != engines_.end();) {
     Engine& e = *it->second;
     if (e.n_running() + e.n_waiting() == 0 && !pool_.holds(*it->first)) {
@@ -159,6 +190,11 @@ void EngineLoop::free_evicted_engines() {
       ++it;
     }
   }
+#ifdef __GLIBC__
+  // Weights and buffers below malloc's mmap threshold went back to its heaps;
+  // give those pages back to the system, so that an unload shows in RSS.
+  if (engines_.size() < n_before) malloc_trim(0);
+#endif
 }
 
 void EngineLoop::update_gauges() {
@@ -182,24 +218,30 @@ void EngineLoop::run() {
   alive_ = true;
   while (true) {
     std::deque<Job> jobs;
+    std::deque<EmbedJob> embeds;
     std::vector<std::shared_ptr<Channel>> cancels;
     {
       std::unique_lock<std::mutex> lock(mu_);
       bool busy = false;
       for (auto& [k, e] : engines_) busy |= e->n_running() + e->n_waiting() > 0;
       if (!busy)
-        cv_.wait_for(lock, std::chrono::milliseconds(200),
-                     [&] { return stop_ || !jobs_.empty() || !cancels_.empty(); });
+        cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
+          return stop_ || !jobs_.empty() || !embeds_.empty() || !cancels_.empty();
+        });
       if (stop_) break;
       jobs.swap(jobs_);
+      embeds.swap(embeds_);
       cancels.swap(cancels_);
     }
     add_jobs(jobs);
     jobs.clear();  // the jobs' references to their models
+    run_embeds(embeds);
+    embeds.clear();
     for (auto& ch : cancels)
       if (auto it = live_.find(ch.get()); it != live_.end())
         it->second.first->cancel(it->second.second);
     step_engines();
+    pool_.expire();  // models past their keep-alive leave the pool; their idle engines go next
     free_evicted_engines();
     update_gauges();
   }

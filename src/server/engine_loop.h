@@ -1,12 +1,14 @@
 // The one thread that owns the engines (one per model) and their KV caches.
 // HTTP threads submit jobs and read their channels; they never touch tensors.
 // An engine lives while its model is in the pool or has requests: once the
-// pool has evicted the model and the engine is idle, the engine, its KV cache
-// and the model's weights are freed.
+// pool has evicted the model (or its keep-alive ran out: the loop expires
+// the pool's models) and the engine is idle, the engine, its KV cache and the
+// model's weights are freed. Embedding jobs run on the same engines between steps.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,13 +26,18 @@ class EngineLoop {
  public:
   // pool: whose models keep their engines (the server's: ModelPool::global()).
   // kv_events: where the engines' KV-cache events go (null: nowhere).
-  EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, const ModelPool& pool,
+  EngineLoop(EngineConfig cfg, size_t max_queue, Metrics& metrics, ModelPool& pool,
              std::unique_ptr<KvEventPublisher> kv_events = nullptr);
   ~EngineLoop();
   // false when the queue is full (the caller answers 429)
   bool submit(std::shared_ptr<const LoadedModel> model, GenerateRequest req,
               std::shared_ptr<Channel> ch);
   void cancel(const std::shared_ptr<Channel>& ch);  // frees the request's blocks within one step
+  // Queues embeddings of `inputs` on m's engine (Engine::embed); nullopt when
+  // the queue is full (429). The future throws GenerateError for a bad input.
+  std::optional<std::future<std::vector<Embedding>>> submit_embed(
+      std::shared_ptr<const LoadedModel> m, std::vector<std::vector<int32_t>> inputs,
+      Pooling pooling);
   bool alive() const { return alive_; }
   // The model (resolved path) whose engine gets the config's draft model;
   // other models' engines have none.
@@ -48,6 +55,13 @@ class EngineLoop {
   Engine& engine_for(const std::shared_ptr<const LoadedModel>& m);
   void release_slot();  // one request in flight less
   void add_jobs(std::deque<Job>& jobs);
+  struct EmbedJob {
+    std::shared_ptr<const LoadedModel> model;
+    std::vector<std::vector<int32_t>> inputs;
+    Pooling pooling;
+    std::promise<std::vector<Embedding>> done;
+  };
+  void run_embeds(std::deque<EmbedJob>& jobs);
   void step_engines();
   void free_evicted_engines();
   void update_gauges();
@@ -56,11 +70,12 @@ class EngineLoop {
   EngineConfig cfg_;
   size_t max_queue_;
   Metrics& metrics_;
-  const ModelPool& pool_;
+  ModelPool& pool_;
   std::unique_ptr<KvEventPublisher> kv_events_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
+  std::deque<EmbedJob> embeds_;
   std::vector<std::shared_ptr<Channel>> cancels_;
   std::map<const LoadedModel*, std::unique_ptr<Engine>> engines_;  // the engine holds its model
   std::map<const Channel*, std::pair<Engine*, int64_t>> live_;     // engine thread only

@@ -16,6 +16,7 @@
 #include "server/model_lookup.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
+#include "server/routes.h"
 #include "server/span_query.h"
 #include "server/submit.h"
 #include "server/write_ollama.h"
@@ -32,7 +33,8 @@ struct Api {
              c.kv_events.empty()
                  ? nullptr
                  : std::make_unique<KvEventPublisher>(c.kv_events, c.kv_events_topic)),
-        sub(loop, &GuardedServer::client_gone) {}
+        sub(loop, &GuardedServer::client_gone),
+        routes{cfg, loop, metrics, ModelPool::global()} {}
 
   ModelView view(const LoadedModel& m) const { return model_view(m, cfg.engine.n_ctx); }
 
@@ -40,6 +42,7 @@ struct Api {
   Metrics metrics;
   EngineLoop loop;
   Submitter sub;
+  RouteContext routes;
   std::atomic<uint64_t> next_id{1};
 };
 
@@ -95,9 +98,11 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
   try {
     const json body = parse_body(req.body);
+    const KeepAlive keep_alive = keep_alive_of(body, api.cfg.keep_alive);  // wick's extra
     // NAME:latest as on Ollama's endpoints (spnl's ollama/NAME sends it)
     auto m = find_model(openai_model_name(body), api.cfg.default_model, true);
     const OpenAiRequest r = parse_openai(body, chat, api.view(*m), std::random_device{}());
+    auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", api.next_id++),
                           unix_now(), r.model.empty() ? api.cfg.default_model : r.model};
@@ -108,7 +113,9 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
     }
     api.metrics.count_request(endpoint, 200);
     res.set_header("Cache-Control", "no-cache");
-    api.sub.respond(res, "text/event-stream", chans, std::make_shared<OpenAiStream>(r, meta));
+    api.sub.respond(
+        res, "text/event-stream", chans,
+        std::make_shared<HeldStream>(std::make_shared<OpenAiStream>(r, meta), std::move(use)));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
@@ -186,9 +193,15 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
   const std::string endpoint = chat ? "/api/chat" : "/api/generate";
   try {
     const json body = parse_body(req.body);
+    const KeepAlive keep_alive = keep_alive_of(body, api.cfg.keep_alive);
+    if (answer_load_request(api.routes, body, chat, keep_alive, res)) {
+      api.metrics.count_request(endpoint, 200);
+      return;
+    }
     auto m = find_model(ollama_model_name(body), api.cfg.default_model, true);
     const OllamaRequest r = parse_ollama(body, chat, api.view(*m), std::random_device{}());
     const auto t0 = Clock::now();
+    auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = api.sub.submit(m, r.gen, 1);
     if (!r.stream) {
       send_json(res, 200, ollama_final(r.chat, r.model, t0, api.sub.wait(chans)[0], true));
@@ -196,7 +209,9 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
       return;
     }
     api.metrics.count_request(endpoint, 200);
-    api.sub.respond(res, "application/x-ndjson", chans, std::make_shared<OllamaStream>(r, t0));
+    api.sub.respond(
+        res, "application/x-ndjson", chans,
+        std::make_shared<HeldStream>(std::make_shared<OllamaStream>(r, t0), std::move(use)));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, ollama_error(e));
@@ -232,9 +247,10 @@ void register_ollama(httplib::Server& svr, Api& api) {
   svr.Post("/api/show", [&api](const httplib::Request& req, httplib::Response& res) {
     try {
       const json body = parse_body(req.body);
-      send_json(
-          res, 200,
-          ollama_show(*find_model(ollama_show_model_name(body), api.cfg.default_model, true)));
+      json show =
+          ollama_show(*find_model(ollama_show_model_name(body), api.cfg.default_model, true));
+      show["model_info"]["wick.pooling"] = pooling_name(api.cfg.pooling);  // of embeddings
+      send_json(res, 200, show);
     } catch (const ApiError& e) {
       send_json(res, e.status, ollama_error(e));
     }
@@ -301,13 +317,16 @@ void on_signal(int) {
 }  // namespace
 
 int serve(const ServerConfig& cfg) {
+  ModelPool::global().set_default_keep_alive(cfg.keep_alive);
   Api api(cfg);
-  // Load the default model up front: /health reports ready once it is in.
+  // Load the default model up front: /health reports ready once it is in
+  // (and stays ready when its keep-alive unloads it: a request loads it again).
   auto def = find_model(cfg.default_model, cfg.default_model, false);
   if (cfg.engine.spec.draft) {  // a draft of another vocabulary is the operator's error: no start
     check_same_vocab(*def, *cfg.engine.spec.draft);
     api.loop.set_draft_target(def->path);
   }
+  def.reset();  // the pool holds it: its keep-alive decides when it goes
   GuardedServer svr(cfg.max_header_bytes);
   const HostFilter hosts(cfg.host, cfg.allowed_hosts);
   svr.new_task_queue = [n = cfg.n_http_threads] { return new httplib::ThreadPool(size_t(n)); };
@@ -345,7 +364,7 @@ int serve(const ServerConfig& cfg) {
                                       "", "payload_too_large"}));
   });
   svr.Get("/health", [&api](const httplib::Request&, httplib::Response& res) {
-    const bool ok = api.loop.alive() && ModelPool::global().n_loaded() > 0;
+    const bool ok = api.loop.alive();  // the default model loaded before listening
     send_json(res, ok ? 200 : 503, {{"status", ok ? "ok" : "unavailable"}});
   });
   svr.Get("/metrics", [&api](const httplib::Request&, httplib::Response& res) {
@@ -355,6 +374,9 @@ int serve(const ServerConfig& cfg) {
   register_worker(svr, api);
   register_openai(svr, api);
   register_ollama(svr, api);
+  register_lifecycle(svr, api.routes);
+  register_embeddings(svr, api.routes);
+  register_token_utils(svr, api.routes);
   g_server = &svr;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

@@ -1,6 +1,7 @@
 // wick serve: OpenAI- and Ollama-compatible HTTP API over the engine.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ struct ServerConfig {
   // tcp://*:5557; empty: off.
   std::string kv_events;
   std::string kv_events_topic = "kv-events";
+  // How long a model stays loaded after a request that sets no keep_alive
+  // (Ollama's, default 5 minutes; negative: forever, 0: unload at once).
+  std::chrono::milliseconds keep_alive{5 * 60 * 1000};
+  Pooling pooling = Pooling::Mean;  // embeddings: how hidden states pool
   EngineConfig engine;
 };
 
