@@ -29,11 +29,13 @@ def call_text(*cities):
 
 
 def fewshot(*cities):
-    """Two worked examples, then the question about `cities` (one or several)."""
-    ask = lambda cs: "What is the weather in " + " and ".join(cs) + "?"
-    examples = [("Rome", "Oslo"), ("Berlin", "Lima")] if len(cities) > 1 else [("Rome",), ("Berlin",)]
+    """Worked examples, then the question about `cities` (one, or several: a call each)."""
+    several = len(cities) > 1
+    ask = lambda cs: "What is the weather in " + " and ".join(cs) + "?" + (" Call get_weather once per city."
+                                                                           if several else "")
+    examples = [("Rome", "Oslo"), ("Berlin", "Lima"), ("Vienna", "Quito")] if several else [("Rome",), ("Berlin",)]
     msgs = [{"role": "system", "content": "You answer every question with get_weather tool calls in "
-                                          "<tool_call></tool_call> tags."}]
+                                          "<tool_call></tool_call> tags" + (", one per city." if several else ".")}]
     for ex in examples:
         msgs += [{"role": "user", "content": ask(ex)}, {"role": "assistant", "content": call_text(*ex)}]
     return msgs + [{"role": "user", "content": ask(cities)}]
