@@ -66,6 +66,9 @@ json ollama_show(const LoadedModel& m) {
   const auto& c = m.model->config;
   std::string types;
   for (auto& [t, n] : m.model->n_params_by_dtype) types += (types.empty() ? "" : ",") + t;
+  // as Ollama lists them: "tools" when the chat template renders tool markup
+  json caps = json::array({"completion"});
+  if (m.tool_format != ToolFormat::None) caps.push_back("tools");
   return {{"modelfile", ""},
           {"parameters", ""},
           {"template", m.tokenizer->chat_template},
@@ -80,7 +83,9 @@ json ollama_show(const LoadedModel& m) {
             {"general.parameter_count", m.model->n_params},
             {"context_length", c.n_ctx_train},
             {"embedding_length", c.n_embd},
-            {"block_count", c.n_layer}}}};
+            {"block_count", c.n_layer}}},
+          {"capabilities", caps},
+          {"tool_format", tool_format_name(m.tool_format)}};  // wick's: the markup found
 }
 
 json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateResult& g,

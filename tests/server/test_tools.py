@@ -12,6 +12,7 @@ import json
 import ollama
 import openai
 import pytest
+import requests
 
 TOOLS = [
     {"type": "function", "function": {
@@ -240,3 +241,10 @@ def test_cached_tokens_on_repeated_system_prompt(server, model_name):
     for chunk in ask("Where is Oslo?", stream=True, stream_options={"include_usage": True}):
         usage = chunk.usage or usage
     assert usage is not None and usage.prompt_tokens_details.cached_tokens > 400
+
+
+def test_show_lists_tool_capability(server):
+    """SmolLM2's template has no tool markup: no "tools" capability (Ollama's key), format "none"."""
+    shown = requests.post(server.url + "/api/show", json={"model": "smollm2"}, timeout=10).json()
+    assert shown["capabilities"] == ["completion"]
+    assert shown["tool_format"] == "none"
