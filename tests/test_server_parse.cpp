@@ -12,6 +12,7 @@
 #include "server/parse_openai.h"
 #include "server/write_ollama.h"
 #include "server/write_openai.h"
+#include "server_helpers.h"
 #include "text/tokenizer.h"
 
 namespace wick::server {
@@ -46,18 +47,6 @@ class ServerParse : public ::testing::Test {
   }
   static inline Tokenizer* qwen3_ = nullptr;  // loaded once, never freed (like the model pool)
 };
-
-// The ApiError f throws (a failure when it throws none).
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError";
-  return {0, ""};
-}
 
 #define EXPECT_CONTAINS(s, piece)                          \
   EXPECT_NE(std::string(s).find(piece), std::string::npos) \

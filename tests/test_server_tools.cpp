@@ -12,6 +12,7 @@
 #include "server/parse_openai.h"
 #include "server/write_ollama.h"
 #include "server/write_openai.h"
+#include "server_helpers.h"
 #include "text/tokenizer.h"
 #include "text/tool_call_grammar.h"
 
@@ -48,17 +49,6 @@ class ServerTools : public ::testing::Test {
   }
   static inline std::shared_ptr<const LoadedModel>* qwen3_ = nullptr;  // never freed
 };
-
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError";
-  return {0, ""};
-}
 
 TEST_F(ServerTools, ToolChoiceModes) {
   const std::string base = std::string("{") + kMsgs + ", " + kTools;

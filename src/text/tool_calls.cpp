@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "text/json_scan.h"
+
 namespace wick {
 
 namespace {
@@ -55,26 +57,8 @@ bool is_partial(std::string_view s, size_t at, std::string_view marker) {
 // The end (one past) of the JSON object or array that opens at s[at], or
 // npos while it is unfinished. Strings are skipped, escapes honoured.
 size_t json_end(std::string_view s, size_t at) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = at; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return npos;
+  const size_t close = find_json_bracket(s, at, [](size_t, size_t depth) { return depth == 0; });
+  return close == npos ? npos : close + 1;
 }
 
 std::optional<json> parse_json(std::string_view s) {
