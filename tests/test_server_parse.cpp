@@ -12,6 +12,7 @@
 #include "server/parse_openai.h"
 #include "server/write_ollama.h"
 #include "server/write_openai.h"
+#include "server_helpers.h"
 #include "text/tokenizer.h"
 
 namespace wick::server {
@@ -46,18 +47,6 @@ class ServerParse : public ::testing::Test {
   }
   static inline Tokenizer* qwen3_ = nullptr;  // loaded once, never freed (like the model pool)
 };
-
-// The ApiError f throws (a failure when it throws none).
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ApiError";
-  return {0, ""};
-}
 
 #define EXPECT_CONTAINS(s, piece)                          \
   EXPECT_NE(std::string(s).find(piece), std::string::npos) \
@@ -146,6 +135,11 @@ TEST_F(ServerParse, OpenAiLogprobs) {
   EXPECT_EQ(openai(R"({"prompt": "x", "logprobs": 2})", false).gen.top_logprobs, 2);
   EXPECT_EQ(openai(R"({"prompt": "x", "logprobs": 0})", false).gen.top_logprobs, 0);
   EXPECT_EQ(openai(R"({"prompt": "x"})", false).gen.top_logprobs, -1);
+  // and while streaming
+  EXPECT_EQ(openai("{" + msgs + R"(, "logprobs": true, "top_logprobs": 2, "stream": true})", true)
+                .gen.top_logprobs,
+            2);
+  EXPECT_EQ(openai(R"({"prompt": "x", "logprobs": 1, "stream": true})", false).gen.top_logprobs, 1);
 }
 
 TEST_F(ServerParse, OpenAiCompletions) {
@@ -206,7 +200,6 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
       {true, "{" + m + R"("logprobs": true, "top_logprobs": 50})", "top_logprobs", "[0, 20]"},
       {true, "{" + m + R"("top_logprobs": 2})", "top_logprobs", "needs logprobs: true"},
       {true, "{" + m + R"("logprobs": 1})", "logprobs", "'logprobs' must be a boolean"},
-      {true, "{" + m + R"("logprobs": true, "stream": true})", "logprobs", "not supported"},
       {false, R"({})", "prompt", "'prompt' is required"},
       {false, R"({"prompt": 42})", "prompt", "an array of strings or an array of token ids"},
       {false, R"({"prompt": ""})", "prompt", "'prompt' is empty"},
@@ -460,7 +453,7 @@ TEST(ServerWrite, OpenAiChatStream) {
   r.chat = true;
   r.n_choices = 2;
   r.usage_in_stream = true;
-  OpenAiStream w(r, {"chatcmpl-7", 1700000000, "smollm2"});
+  OpenAiStream w(r, {"chatcmpl-7", 1700000000, "smollm2"}, nullptr);
   const std::string head =
       R"(data: {"id":"chatcmpl-7","object":"chat.completion.chunk","created":1700000000,"model":"smollm2",)";
   auto chunk = [&](int i, const std::string& delta, const std::string& finish) {
@@ -468,8 +461,8 @@ TEST(ServerWrite, OpenAiChatStream) {
            fmt::format(R"("finish_reason":{}}}]}})", finish) + "\n\n";
   };
   const std::string role = R"({"role":"assistant","content":""})";
-  EXPECT_EQ(w.text(1, "Hi"), chunk(1, role, "null") + chunk(1, R"({"content":"Hi"})", "null"));
-  EXPECT_EQ(w.text(1, "!"), chunk(1, R"({"content":"!"})", "null"));
+  EXPECT_EQ(w.text(1, "Hi", {}), chunk(1, role, "null") + chunk(1, R"({"content":"Hi"})", "null"));
+  EXPECT_EQ(w.text(1, "!", {}), chunk(1, R"({"content":"!"})", "null"));
   EXPECT_EQ(w.done(1, GenerateResult{.tokens = {1, 2, 3}, .stop_reason = "eos", .n_prompt = 5}),
             chunk(1, "{}", R"("stop")"));
   // Choice 0 ends without text: its role chunk still comes first.
@@ -515,7 +508,7 @@ TEST(ServerWrite, OllamaStreamLines) {
   r.chat = true;
   r.model = "smollm2:latest";
   OllamaStream w(r, Clock::now());
-  const json piece = json::parse(w.text(0, "Hi"));
+  const json piece = json::parse(w.text(0, "Hi", {}));
   EXPECT_EQ(piece["model"], "smollm2:latest");
   EXPECT_EQ(piece["message"], (json{{"role", "assistant"}, {"content", "Hi"}}));
   EXPECT_EQ(piece["done"], false);

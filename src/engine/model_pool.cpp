@@ -102,6 +102,7 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
     lm->tokenizer =
         lm->model->gguf ? Tokenizer::from_gguf(*lm->model->gguf) : Tokenizer::load(lm->path);
   lm->eog_ids = find_eog(*lm);
+  if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
   lm->device = prepare_model(*lm->model, make_backend(opt));
   if (progress) progress(1.f);

@@ -26,6 +26,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace wick {
 
@@ -39,10 +40,11 @@ struct LoadedModel {
   std::string name;  // as asked for
   std::string path;  // resolved
   std::unique_ptr<Model> model;
-  std::unique_ptr<DeviceModel> device;   // the weights on the backend that runs them
-  std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none (test fixtures)
-  std::vector<int32_t> eog_ids;          // ids that end a generation
-  size_t n_bytes = 0;                    // file bytes mapped or copied
+  std::unique_ptr<DeviceModel> device;        // the weights on the backend that runs them
+  std::unique_ptr<Tokenizer> tokenizer;       // null when the model has none (test fixtures)
+  std::vector<int32_t> eog_ids;               // ids that end a generation
+  ToolFormat tool_format = ToolFormat::None;  // the tool-call markup its chat template teaches
+  size_t n_bytes = 0;                         // file bytes mapped or copied
 
   bool is_eog(int32_t id) const;
   Backend& backend() const { return *device->backend; }

@@ -13,6 +13,12 @@ double ms_since(Sequence::clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Sequence::clock::now() - t).count();
 }
 
+// Kept for the result, and passed on at once for streaming.
+void add_logprob(Sequence& s, TokenLogprob lp) {
+  if (s.cb.on_logprob) s.cb.on_logprob(lp);
+  s.result.logprobs.push_back(std::move(lp));
+}
+
 // The backend's sampling parameters for one sequence, with the distinct
 // tokens of its penalty window and their counts appended to `pairs`.
 SampleRow device_sample_row(const SamplingParams& p, std::span<const int32_t> history,
@@ -175,7 +181,7 @@ int32_t OutputProcessor::rejection_step(Sequence& s, std::span<float> row, int32
     for (const auto& e : q) q_dense_[size_t(e.first)] = 0.f;
     id = s.sampler->draw(ids_, weights_);
   }
-  if (s.req.top_logprobs >= 0) s.result.logprobs.push_back(logprob_of(raw, id, s.req.top_logprobs));
+  if (s.req.top_logprobs >= 0) add_logprob(s, logprob_of(raw, id, s.req.top_logprobs));
   return id;
 }
 
@@ -189,7 +195,7 @@ int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   if (has_penalties(s.req.sampling)) raw.assign(row.begin(), row.end());  // sample() changes row
   const int32_t id = s.sampler->sample(row, s.tokens);
   const float logit = raw.empty() ? row[size_t(id)] : raw[size_t(id)];
-  s.result.logprobs.push_back({id, logit - lse, std::move(top)});
+  add_logprob(s, {id, logit - lse, std::move(top)});
   return id;
 }
 

@@ -49,6 +49,10 @@ struct GenerateRequest {
   // what greedy decoding gives; sampled output keeps its distribution.
   SpecMethod spec = SpecMethod::Default;
   int32_t draft_max = -1;
+  // A GBNF grammar the output must match (the server's forced tool calls:
+  // text/tool_call_grammar.h); empty: none. Not applied yet: the grammar
+  // engine that reads it is built on another branch.
+  std::string grammar_gbnf;
 };
 
 struct TokenLogprob {
@@ -89,6 +93,9 @@ struct GenerateError : std::runtime_error {  // bad request (too long, bad param
 struct StreamCallbacks {
   std::function<bool(std::string_view)> on_text;       // false cancels
   std::function<void(const GenerateResult&)> on_done;  // always called once
+  // With top_logprobs >= 0: each token's log-probabilities, before the
+  // on_text call that carries (some of) its text.
+  std::function<void(const TokenLogprob&)> on_logprob;
 };
 
 // Throws GenerateError naming what is wrong: sampling values, limits, token ids.

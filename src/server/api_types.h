@@ -6,8 +6,15 @@
 #include <string>
 
 #include "engine/session.h"
+#include "text/tool_calls.h"
 
 namespace wick::server {
+
+// How a chat answer is read for tool calls.
+struct ToolSetup {
+  ToolFormat format = ToolFormat::None;  // None: not parsed (no tools, or tool_choice "none")
+  bool parallel = true;                  // parallel_tool_calls: false keeps the first call only
+};
 
 // /v1/chat/completions and /v1/completions. Logprobs are asked for when
 // gen.top_logprobs >= 0 (the engine computes them).
@@ -21,6 +28,7 @@ struct OpenAiRequest {
   int32_t n_choices = 1;         // each its own request, choice i seeded seed + i
   bool stream = false;           // SSE
   bool usage_in_stream = false;  // stream_options.include_usage
+  ToolSetup tools;               // chat only
 };
 
 // /api/chat and /api/generate.
@@ -29,6 +37,7 @@ struct OllamaRequest {
   std::string model;  // as the body names it (":latest" kept for the response)
   GenerateRequest gen;
   bool stream = true;  // NDJSON; Ollama streams unless told not to
+  ToolSetup tools;     // chat only
 };
 
 }  // namespace wick::server

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/session.h"
 
@@ -17,6 +18,9 @@ struct Event {
   std::string text;                    // a piece of output text
   std::optional<GenerateResult> done;  // set on the last event
   std::string error;                   // set when the request failed in the engine
+  // With logprobs: the tokens computed since the last event (the text may
+  // lag behind them: held-back UTF-8 or stop-string bytes).
+  std::vector<TokenLogprob> logprobs;
 };
 
 class Channel {

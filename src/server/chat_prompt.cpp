@@ -44,6 +44,17 @@ json normalise_messages(const json& messages) {
     }
     if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
     if (msg["role"] == "developer") msg["role"] = "system";
+    // OpenAI sends a call's arguments as a JSON string; templates that write
+    // them with tojson (Llama 3.1's, Mistral's) want the object, as Ollama sends it.
+    if (msg.contains("tool_calls") && msg["tool_calls"].is_array())
+      for (auto& call : msg["tool_calls"])
+        if (call.is_object() && call.contains("function") && call["function"].is_object()) {
+          auto args = call["function"].find("arguments");
+          if (args != call["function"].end() && args->is_string())
+            if (json parsed = json::parse(args->get<std::string>(), nullptr, false);
+                parsed.is_object())
+              *args = std::move(parsed);
+        }
   }
   return msgs;
 }

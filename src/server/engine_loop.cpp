@@ -114,14 +114,17 @@ void EngineLoop::add_jobs(std::deque<Job>& jobs) {
     auto ch = j.ch;
     auto start = std::chrono::steady_clock::now();
     auto last = std::make_shared<std::chrono::steady_clock::time_point>(start);
+    auto lps = std::make_shared<std::vector<TokenLogprob>>();  // since the last text event
     StreamCallbacks cb;
-    cb.on_text = [this, ch, last](std::string_view t) {
+    cb.on_text = [this, ch, last, lps](std::string_view t) {
       auto now = std::chrono::steady_clock::now();
       metrics_.inter_token.observe(std::chrono::duration<double>(now - *last).count());
       *last = now;
-      ch->push(Event{std::string(t), std::nullopt, ""});
+      ch->push(Event{std::string(t), std::nullopt, "", std::move(*lps)});
+      lps->clear();
       return !ch->cancelled.load();
     };
+    cb.on_logprob = [lps](const TokenLogprob& lp) { lps->push_back(lp); };
     cb.on_done = [this, ch](const GenerateResult& r) {
       metrics_.add_tokens(uint64_t(r.n_prompt), r.tokens.size());
       metrics_.add_spans(uint64_t(r.n_span_hits), uint64_t(r.n_span_misses),

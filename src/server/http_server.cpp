@@ -115,7 +115,7 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
     res.set_header("Cache-Control", "no-cache");
     api.sub.respond(
         res, "text/event-stream", chans,
-        std::make_shared<HeldStream>(std::make_shared<OpenAiStream>(r, meta), std::move(use)));
+        std::make_shared<HeldStream>(std::make_shared<OpenAiStream>(r, meta, m), std::move(use)));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
@@ -182,7 +182,7 @@ void span_execute(Api& api, const httplib::Request& req, httplib::Response& res)
     as_completion.chat = false;
     res.set_header("Cache-Control", "no-cache");
     api.sub.respond(res, "text/event-stream", chans,
-                    std::make_shared<OpenAiStream>(as_completion, meta));
+                    std::make_shared<OpenAiStream>(as_completion, meta, m));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
@@ -204,7 +204,7 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
     auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = api.sub.submit(m, r.gen, 1);
     if (!r.stream) {
-      send_json(res, 200, ollama_final(r.chat, r.model, t0, api.sub.wait(chans)[0], true));
+      send_json(res, 200, ollama_final(r, t0, api.sub.wait(chans)[0], true));
       api.metrics.count_request(endpoint, 200);
       return;
     }

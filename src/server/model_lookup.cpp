@@ -33,7 +33,10 @@ int32_t request_n_ctx(const LoadedModel& m, int32_t server_n_ctx) {
 }
 
 ModelView model_view(const LoadedModel& m, int32_t server_n_ctx) {
-  return {.tokenizer = *m.tokenizer, .name = m.name, .n_ctx = request_n_ctx(m, server_n_ctx)};
+  return {.tokenizer = *m.tokenizer,
+          .name = m.name,
+          .n_ctx = request_n_ctx(m, server_n_ctx),
+          .tool_format = m.tool_format};
 }
 
 int64_t stored_model_bytes(const std::string& name) {

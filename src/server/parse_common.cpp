@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "text/json_scan.h"
 #include "text/utf8.h"
 
 namespace wick::server {
@@ -12,26 +13,9 @@ namespace {
 // Offset of the first '[' or '{' nested deeper than max_depth (strings
 // skipped), or npos: checked before parsing, so no deep tree is ever built.
 size_t find_too_deep(std::string_view s, size_t max_depth) {
-  size_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return i;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::string_view::npos;
+  return find_json_bracket(s, 0, [&](size_t i, size_t depth) {
+    return (s[i] == '[' || s[i] == '{') && depth > max_depth;
+  });
 }
 
 }  // namespace

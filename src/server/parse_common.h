@@ -16,6 +16,7 @@
 
 #include "engine/session.h"
 #include "text/tokenizer.h"
+#include "text/tool_calls.h"
 
 namespace wick::server {
 
@@ -66,8 +67,9 @@ json parse_body(std::string_view body);
 // What a parser needs to know of the model a request names.
 struct ModelView {
   const Tokenizer& tokenizer;
-  std::string name;   // for template error messages
-  int32_t n_ctx = 0;  // the context one request may fill
+  std::string name;                           // for template error messages
+  int32_t n_ctx = 0;                          // the context one request may fill
+  ToolFormat tool_format = ToolFormat::None;  // the markup its template teaches
 };
 
 // One API's names, defaults and bounds for the sampling and limit fields.

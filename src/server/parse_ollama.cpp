@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "server/chat_prompt.h"
+#include "server/tool_request.h"
 
 namespace wick::server {
 
@@ -73,7 +74,8 @@ OllamaRequest parse_ollama(const json& b, bool chat, const ModelView& m, uint64_
   GenerateRequest& g = r.gen;
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
-    g.prompt = chat_prompt(m, b["messages"], b.value("tools", json()), json());
+    const json tools = parse_tools(b, m, false, r.tools, g);
+    g.prompt = chat_prompt(m, b["messages"], tools, json());
   } else {
     g.prompt = generate_prompt(b, m);
   }

@@ -1,6 +1,7 @@
 #include "server/parse_openai.h"
 
 #include "server/chat_prompt.h"
+#include "server/tool_request.h"
 
 namespace wick::server {
 
@@ -95,13 +96,11 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   if (b.contains("stream_options") && b["stream_options"].is_object())
     r.usage_in_stream = field<bool>(b["stream_options"], "include_usage").value_or(false);
   g.top_logprobs = parse_logprobs(b, chat);
-  if (g.top_logprobs >= 0 && r.stream)
-    bad("logprobs", "logprobs with stream are not supported yet", "unsupported_parameter");
   g.sampling = parse_sampling(b, kOpenAiSampling, random_seed);
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
-    g.prompt = chat_prompt(m, b["messages"], b.value("tools", json()),
-                           b.value("chat_template_kwargs", json()));
+    const json tools = parse_tools(b, m, true, r.tools, g);
+    g.prompt = chat_prompt(m, b["messages"], tools, b.value("chat_template_kwargs", json()));
   } else {
     if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
     const json& p = b["prompt"];

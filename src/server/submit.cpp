@@ -100,7 +100,7 @@ bool Submitter::pump(const Channels& chans, StreamWriter& writer, httplib::DataS
       else if (!e->error.empty())
         out = writer.done(i, GenerateResult{.stop_reason = "error: " + e->error});
       else
-        out = writer.text(i, e->text);
+        out = writer.text(i, e->text, e->logprobs);
       if (!out.empty() && !sink.write(out.data(), out.size())) {
         cancel(chans);
         return false;

@@ -23,7 +23,9 @@ using Channels = std::vector<std::shared_ptr<Channel>>;
 class StreamWriter {
  public:
   virtual ~StreamWriter() = default;
-  virtual std::string text(size_t i, const std::string& piece) = 0;
+  // logprobs: those of the tokens computed since the last event (with logprobs on).
+  virtual std::string text(size_t i, const std::string& piece,
+                           const std::vector<TokenLogprob>& logprobs) = 0;
   // The last event of choice i; r.stop_reason starts with "error" when it failed.
   virtual std::string done(size_t i, const GenerateResult& r) = 0;
   virtual std::string end() = 0;  // after every choice is done

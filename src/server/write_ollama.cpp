@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "server/tool_output.h"
+
 namespace wick::server {
 
 namespace {
@@ -64,6 +66,9 @@ json ollama_show(const LoadedModel& m) {
   const auto& c = m.model->config;
   std::string types;
   for (auto& [t, n] : m.model->n_params_by_dtype) types += (types.empty() ? "" : ",") + t;
+  // as Ollama lists them: "tools" when the chat template renders tool markup
+  json caps = json::array({"completion"});
+  if (m.tool_format != ToolFormat::None) caps.push_back("tools");
   return {{"modelfile", ""},
           {"parameters", ""},
           {"template", m.tokenizer->chat_template},
@@ -78,13 +83,26 @@ json ollama_show(const LoadedModel& m) {
             {"general.parameter_count", m.model->n_params},
             {"context_length", c.n_ctx_train},
             {"embedding_length", c.n_embd},
-            {"block_count", c.n_layer}}}};
+            {"block_count", c.n_layer}}},
+          {"capabilities", caps},
+          {"tool_format", tool_format_name(m.tool_format)}};  // wick's: the markup found
 }
 
-json ollama_final(bool chat, const std::string& model, Clock::time_point t0,
-                  const GenerateResult& g, bool with_text) {
+json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateResult& g,
+                  bool with_text) {
   const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  json o = head(chat, model, with_text ? g.text : "");
+  json o;
+  if (with_text && r.chat && r.tools.format != ToolFormat::None) {
+    const ParsedOutput p = split_tool_calls(r.tools, g.text, "call_");
+    o = head(true, r.model, p.content);
+    if (!p.calls.empty()) {
+      json calls = json::array();
+      for (const auto& c : p.calls) calls.push_back(ollama_tool_call(c));
+      o["message"]["tool_calls"] = calls;
+    }
+  } else {
+    o = head(r.chat, r.model, with_text ? g.text : "");
+  }
   o["done"] = true;
   o["done_reason"] = finish_reason(g.stop_reason);
   o["total_duration"] = ns(total_ms);
@@ -99,15 +117,39 @@ json ollama_final(bool chat, const std::string& model, Clock::time_point t0,
   return o;
 }
 
-std::string OllamaStream::text(size_t, const std::string& piece) {
-  json o = head(chat_, model_, piece);
-  o["done"] = false;
-  return o.dump() + "\n";
+OllamaStream::OllamaStream(const OllamaRequest& r, Clock::time_point t0) : req_(r), t0_(t0) {
+  req_.gen.prompt.clear();
+  if (r.chat && r.tools.format != ToolFormat::None)
+    parser_ = std::make_unique<ToolCallParser>(r.tools.format, "call_");
+}
+
+std::string OllamaStream::lines(const std::vector<ToolEvent>& evs) {
+  std::string out;
+  for (const ToolEvent& e : evs) {
+    json o;
+    if (!e.is_call) {
+      o = head(req_.chat, req_.model, e.content);
+    } else {
+      if (!req_.tools.parallel && e.index > 0) continue;
+      o = head(true, req_.model, "");
+      o["message"]["tool_calls"] = json::array({ollama_tool_call(parser_->calls()[e.index])});
+      ++n_calls_;
+    }
+    o["done"] = false;
+    out += o.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  }
+  return out;
+}
+
+std::string OllamaStream::text(size_t, const std::string& piece, const std::vector<TokenLogprob>&) {
+  if (parser_) return lines(parser_->push(piece));
+  return lines({ToolEvent{.is_call = false, .content = piece}});
 }
 
 std::string OllamaStream::done(size_t, const GenerateResult& g) {
   if (g.stop_reason.rfind("error", 0) == 0) return json{{"error", g.stop_reason}}.dump() + "\n";
-  return ollama_final(chat_, model_, t0_, g, false).dump() + "\n";
+  std::string out = parser_ ? lines(parser_->finish()) : "";
+  return out + ollama_final(req_, t0_, g, false).dump() + "\n";
 }
 
 }  // namespace wick::server

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,23 +24,29 @@ json ollama_version();
 json ollama_tags(const std::vector<std::pair<std::string, int64_t>>& models);
 json ollama_show(const LoadedModel& m);
 // The last object of a response (the whole one without streaming, text
-// included); durations run from t0, when the request was submitted.
-json ollama_final(bool chat, const std::string& model, Clock::time_point t0,
-                  const GenerateResult& g, bool with_text);
+// included, split into content and message.tool_calls with tools);
+// durations run from t0, when the request was submitted.
+json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateResult& g,
+                  bool with_text);
 
-// NDJSON: one object per piece of text, then the final one.
+// NDJSON: one object per piece of text, then the final one. With tools, text
+// goes through a ToolCallParser and each call comes as its own object
+// (message.tool_calls, empty content) once complete, as Ollama sends them.
 class OllamaStream : public StreamWriter {
  public:
-  OllamaStream(const OllamaRequest& r, Clock::time_point t0)
-      : chat_(r.chat), model_(r.model), t0_(t0) {}
-  std::string text(size_t i, const std::string& piece) override;
+  OllamaStream(const OllamaRequest& r, Clock::time_point t0);
+  std::string text(size_t i, const std::string& piece,
+                   const std::vector<TokenLogprob>& logprobs) override;
   std::string done(size_t i, const GenerateResult& g) override;
   std::string end() override { return ""; }
 
  private:
-  bool chat_;
-  std::string model_;
+  std::string lines(const std::vector<ToolEvent>& evs);
+
+  OllamaRequest req_;  // its prompt is not needed: cleared
   Clock::time_point t0_;
+  std::unique_ptr<ToolCallParser> parser_;
+  size_t n_calls_ = 0;
 };
 
 }  // namespace wick::server

@@ -2,14 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
+
+#include "server/tool_output.h"
 
 namespace wick::server {
 
 namespace {
 
 // OpenAI's logprobs objects: chat {"content": [{token, logprob, bytes,
-// top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs, text_offset}.
-json logprobs_json(const Tokenizer& tk, const GenerateResult& r, bool chat) {
+// top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs,
+// text_offset}; offset: the text before lps (streamed chunks go on from it).
+json logprobs_json(const Tokenizer& tk, std::span<const TokenLogprob> lps, bool chat,
+                   size_t& offset) {
   auto text_of = [&](int32_t id) { return tk.decode(std::vector<int32_t>{id}, false); };
   auto bytes_of = [](const std::string& t) {
     json b = json::array();
@@ -18,7 +23,7 @@ json logprobs_json(const Tokenizer& tk, const GenerateResult& r, bool chat) {
   };
   if (chat) {
     json content = json::array();
-    for (auto& t : r.logprobs) {
+    for (auto& t : lps) {
       json top = json::array();
       for (auto& [id, lp] : t.top) {
         const std::string s = text_of(id);
@@ -30,20 +35,21 @@ json logprobs_json(const Tokenizer& tk, const GenerateResult& r, bool chat) {
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
-  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
-  size_t off = 0;
-  for (auto& t : r.logprobs) {
+  json tokens = json::array(), values = json::array(), tops = json::array(), offs = json::array();
+  for (auto& t : lps) {
     const std::string s = text_of(t.id);
     tokens.push_back(s);
-    lps.push_back(t.logprob);
+    values.push_back(t.logprob);
     json top = json::object();
     for (auto& [id, lp] : t.top) top[text_of(id)] = lp;
     tops.push_back(top);
-    offs.push_back(off);
-    off += s.size();
+    offs.push_back(offset);
+    offset += s.size();
   }
-  return {
-      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  return {{"tokens", tokens},
+          {"token_logprobs", values},
+          {"top_logprobs", tops},
+          {"text_offset", offs}};
 }
 
 json usage_json(int64_t n_prompt, int64_t n_gen) {
@@ -70,6 +76,10 @@ void add_span_usage(json& usage, const std::vector<GenerateResult>& results) {
 }
 
 }  // namespace
+
+std::string call_id_prefix(const OpenAiMeta& meta, size_t choice) {
+  return fmt::format("call_{}_{}_", meta.id.substr(meta.id.find('-') + 1), choice);
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -100,12 +110,26 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
     const GenerateResult& g = results[i];
     n_prompt = g.n_prompt;
     n_gen += int64_t(g.tokens.size());
-    const json lp = r.gen.top_logprobs >= 0 ? logprobs_json(tk, g, r.chat) : json();
-    if (r.chat)
+    size_t offset = 0;
+    const json lp =
+        r.gen.top_logprobs >= 0 ? logprobs_json(tk, g.logprobs, r.chat, offset) : json();
+    std::string finish = finish_reason(g.stop_reason);
+    if (r.chat && r.tools.format != ToolFormat::None) {
+      const ParsedOutput p = split_tool_calls(r.tools, g.text, call_id_prefix(meta, i));
+      json message = {{"role", "assistant"}, {"content", p.content}};
+      if (!p.calls.empty()) {  // content null when the answer is only calls
+        if (p.content.empty()) message["content"] = nullptr;
+        message["tool_calls"] = json::array();
+        for (const auto& c : p.calls) message["tool_calls"].push_back(openai_tool_call(c));
+        if (finish == "stop") finish = "tool_calls";
+      }
+      choices.push_back(
+          {{"index", i}, {"message", message}, {"logprobs", lp}, {"finish_reason", finish}});
+    } else if (r.chat)
       choices.push_back({{"index", i},
                          {"message", {{"role", "assistant"}, {"content", g.text}}},
                          {"logprobs", lp},
-                         {"finish_reason", finish_reason(g.stop_reason)}});
+                         {"finish_reason", finish}});
     else
       choices.push_back({{"index", i},
                          {"text", g.text},
@@ -125,40 +149,84 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
           {"choices", choices},      {"usage", usage}};
 }
 
-OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta)
+OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta,
+                           std::shared_ptr<const LoadedModel> model)
     : chat_(r.chat),
       usage_in_stream_(r.usage_in_stream),
+      logprobs_(r.gen.top_logprobs >= 0),
+      tools_(r.chat ? r.tools : ToolSetup{}),
       meta_(std::move(meta)),
-      started_(size_t(r.n_choices) * (r.more_prompts.size() + 1), false) {}
+      model_(std::move(model)),
+      choices_(size_t(r.n_choices) * (r.more_prompts.size() + 1)) {
+  if (tools_.format != ToolFormat::None)
+    for (size_t i = 0; i < choices_.size(); ++i)
+      choices_[i].parser =
+          std::make_unique<ToolCallParser>(tools_.format, call_id_prefix(meta_, i));
+}
 
-std::string OpenAiStream::chunk(size_t i, const json& delta_or_text, const json& finish) const {
+std::string OpenAiStream::chunk(size_t i, const json& delta_or_text, const json& finish,
+                                const json& logprobs) const {
   json c = {{"id", meta_.id},
             {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
             {"created", meta_.created},
             {"model", meta_.model}};
   c["choices"] = json::array({{{"index", i},
                                {chat_ ? "delta" : "text", delta_or_text},
-                               {"logprobs", nullptr},
+                               {"logprobs", logprobs},
                                {"finish_reason", finish}}});
-  return "data: " + c.dump() + "\n\n";
+  return "data: " + c.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-std::string OpenAiStream::text(size_t i, const std::string& piece) {
+json OpenAiStream::take_logprobs(size_t i) {
+  Choice& c = choices_[i];
+  if (!logprobs_ || c.pending.empty()) return nullptr;
+  json lp = logprobs_json(*model_->tokenizer, c.pending, chat_, c.text_offset);
+  c.pending.clear();
+  return lp;
+}
+
+std::string OpenAiStream::events(size_t i, const std::vector<ToolEvent>& evs) {
+  Choice& c = choices_[i];
   std::string out;
-  if (chat_ && !started_[i]) {
-    started_[i] = true;
+  for (const ToolEvent& e : evs) {
+    if (!e.is_call) {
+      out += chunk(i, chat_ ? json{{"content", e.content}} : json(e.content), nullptr,
+                   take_logprobs(i));
+      continue;
+    }
+    if (!tools_.parallel && e.index > 0) continue;  // parallel_tool_calls: false
+    const ToolCall& call = c.parser->calls()[e.index];
+    out += chunk(i, {{"tool_calls", json::array({openai_call_start(call, c.n_calls)})}}, nullptr,
+                 take_logprobs(i));
+    out +=
+        chunk(i, {{"tool_calls", json::array({openai_call_arguments(call, c.n_calls)})}}, nullptr);
+    ++c.n_calls;
+  }
+  return out;
+}
+
+std::string OpenAiStream::text(size_t i, const std::string& piece,
+                               const std::vector<TokenLogprob>& logprobs) {
+  Choice& c = choices_[i];
+  c.pending.insert(c.pending.end(), logprobs.begin(), logprobs.end());
+  c.n_logprobs_seen += logprobs.size();
+  std::string out;
+  if (chat_ && !c.started) {
+    c.started = true;
     out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
   }
-  return out + chunk(i, chat_ ? json{{"content", piece}} : json(piece), nullptr);
+  if (c.parser) return out + events(i, c.parser->push(piece));
+  return out + events(i, {ToolEvent{.is_call = false, .content = piece}});
 }
 
 std::string OpenAiStream::done(size_t i, const GenerateResult& r) {
+  Choice& c = choices_[i];
   n_prompt_ = r.n_prompt;
   n_gen_ += int64_t(r.tokens.size());
   spec_.add(r);
   n_cached_ = std::max<int64_t>(n_cached_, r.n_reused);
   std::string out;
-  if (chat_ && !started_[i]) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
+  if (chat_ && !c.started) out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
   if (r.stop_reason.rfind("error", 0) == 0)
     return out + "data: " +
            json{{"error",
@@ -168,7 +236,12 @@ std::string OpenAiStream::done(size_t i, const GenerateResult& r) {
                   {"code", nullptr}}}}
                .dump() +
            "\n\n";
-  return out + chunk(i, chat_ ? json::object() : json(""), finish_reason(r.stop_reason));
+  if (c.parser) out += events(i, c.parser->finish());
+  // tokens whose text never came (an end-of-generation token, a stop string)
+  for (size_t k = c.n_logprobs_seen; k < r.logprobs.size(); ++k) c.pending.push_back(r.logprobs[k]);
+  std::string finish = finish_reason(r.stop_reason);
+  if (c.n_calls > 0 && finish == "stop") finish = "tool_calls";
+  return out + chunk(i, chat_ ? json::object() : json(""), finish, take_logprobs(i));
 }
 
 std::string OpenAiStream::end() {

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/model_pool.h"
 #include "server/api_types.h"
 #include "server/parse_common.h"
 #include "server/submit.h"
+#include "text/tool_calls.h"
 
 namespace wick::server {
 
@@ -26,21 +29,42 @@ json openai_models(const std::vector<std::string>& names);
 json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
                      const std::vector<GenerateResult>& results, const Tokenizer& tk);
 
+// Tool-call ids of choice i: call_<N>_<i>_<k> for chatcmpl-N.
+std::string call_id_prefix(const OpenAiMeta& meta, size_t choice);
+
 // SSE: "data: {chunk}\n\n" per event, a role chunk first for chat, the usage
-// chunk when asked, then "data: [DONE]".
+// chunk when asked, then "data: [DONE]". With logprobs each chunk carries
+// those of the tokens computed since the last chunk (the last chunk the rest);
+// with tools the text goes through a ToolCallParser per choice.
 class OpenAiStream : public StreamWriter {
  public:
-  OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta);
-  std::string text(size_t i, const std::string& piece) override;
+  OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta, std::shared_ptr<const LoadedModel> model);
+  std::string text(size_t i, const std::string& piece,
+                   const std::vector<TokenLogprob>& logprobs) override;
   std::string done(size_t i, const GenerateResult& r) override;
   std::string end() override;
 
  private:
-  std::string chunk(size_t i, const json& delta_or_text, const json& finish) const;
+  struct Choice {
+    bool started = false;                    // chat: the role chunk was sent
+    std::unique_ptr<ToolCallParser> parser;  // with tools
+    size_t n_calls = 0;                      // calls sent
+    std::vector<TokenLogprob> pending;       // logprobs not yet sent
+    size_t n_logprobs_seen = 0;              // received with text events
+    size_t text_offset = 0;                  // completions: text before the next logprobs
+  };
+  std::string chunk(size_t i, const json& delta_or_text, const json& finish,
+                    const json& logprobs = nullptr) const;
+  // The pending logprobs of choice i as a chunk's "logprobs" (null when off or none).
+  json take_logprobs(size_t i);
+  // The chunks of choice i's parsed events (text itself without tools).
+  std::string events(size_t i, const std::vector<ToolEvent>& evs);
 
-  bool chat_, usage_in_stream_;
+  bool chat_, usage_in_stream_, logprobs_;
+  ToolSetup tools_;
   OpenAiMeta meta_;
-  std::vector<bool> started_;  // chat: the role chunk was sent
+  std::shared_ptr<const LoadedModel> model_;  // its tokenizer names the logprobs' tokens
+  std::vector<Choice> choices_;
   int64_t n_prompt_ = 0, n_gen_ = 0, n_cached_ = 0;
   SpecTotals spec_;
 };

@@ -37,6 +37,9 @@ def conversations():
         {"type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}},
         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich"}}}]}
     tool = lambda c: {"role": "tool", "content": c}
+    # as OpenAI clients send a call back: with an id, the result naming it
+    call_ids = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_7", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
     return [
         ("plain", [u("What is the capital of France?")], {}),
         ("system", [s("You are terse."), u("Hi!"), a("Hello."), u("  Tell me a joke.  ")], {}),
@@ -47,6 +50,8 @@ def conversations():
         ("tools", [s("Use tools."), u("Weather in Paris?")], {"tools": TOOLS}),
         ("tool_calls", [u("Weather in Paris?"), call, tool("{\"temp\": 21}"), tool("sunny")], {"tools": TOOLS}),
         ("tool_calls_str", [u("Add 1 and 2, and Zürich weather"), call_str, tool("3"), tool("cold"), a("3, and cold.")], {"tools": TOOLS}),
+        ("tool_call_ids", [u("Weather in Paris?"), call_ids, {"role": "tool", "tool_call_id": "call_7", "content": "sunny"}],
+         {"tools": TOOLS}),
         ("no_thinking", [u("Quick answer please")], {"enable_thinking": False}),
         ("empty_content", [u(""), a(""), u("#  Heading here")], {}),
         ("long", [u("word " * 200)], {}),
@@ -67,6 +72,9 @@ def main(shared, smollm2, tdir, out):
         "llama2": (toks["llama2"], open(f"{tdir}/llama2.jinja").read(), "llama2.jinja"),
         "mistral": (toks["llama2"], open(f"{tdir}/mistral.jinja").read(), "mistral.jinja"),
         "features": (toks["llama2"], open(f"{tdir}/features.jinja").read(), "features.jinja"),
+        # tool markup of the formats ../shared has no template for (written for wick's tests)
+        "llama31_tools": (toks["llama3"], open(f"{tdir}/llama31_tools.jinja").read(), "llama31_tools.jinja"),
+        "mistral_tools": (toks["llama2"], open(f"{tdir}/mistral_tools.jinja").read(), "mistral_tools.jinja"),
     }
     if smol_tmpl:
         templates["smollm2"] = (toks["llama2"], smol_tmpl, "smollm2")
