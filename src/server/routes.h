@@ -38,7 +38,10 @@ class HeldStream : public StreamWriter {
  public:
   HeldStream(std::shared_ptr<StreamWriter> inner, ModelPool::Use use)
       : inner_(std::move(inner)), use_(std::move(use)) {}
-  std::string text(size_t i, const std::string& piece) override { return inner_->text(i, piece); }
+  std::string text(size_t i, const std::string& piece,
+                   const std::vector<TokenLogprob>& logprobs) override {
+    return inner_->text(i, piece, logprobs);
+  }
   std::string done(size_t i, const GenerateResult& r) override { return inner_->done(i, r); }
   std::string end() override { return inner_->end(); }
 
