@@ -320,3 +320,36 @@ TEST(JsonSchema, EmbedsInALargerGrammar) {
   EXPECT_TRUE(full_match(json_object_gbnf(), R"({"a": [1, {"b": null}], "c": "d"})"));
   EXPECT_FALSE(full_match(json_object_gbnf(), "[1]"));
 }
+
+// A request's grammar is user input: what would blow up is refused or bounded.
+TEST(Gbnf, HostileGrammarsStayCheap) {
+  EXPECT_NE(error_of("root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'))
+                .find("groups nest deeper than 256 levels"),
+            std::string::npos);
+  // a long chain of rules: checked without recursion; matched up to the
+  // expansion limit, past it the matcher matches nothing (and does not crash)
+  auto chain = [](int n) {
+    std::string g = "root ::= r0\n";
+    for (int i = 0; i < n; ++i)
+      g += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+    return g + "r" + std::to_string(n) + " ::= \"x\"\n";
+  };
+  EXPECT_TRUE(full_match(chain(2000), "x"));
+  Matcher too_deep(compile_gbnf(chain(20000)));
+  EXPECT_FALSE(too_deep.advance("x"));
+  EXPECT_FALSE(too_deep.can_end());
+  TokenTrie trie({"x"});
+  EXPECT_EQ(too_deep.allowed(trie)[0], 0u);
+  // alternatives that double at every level meet again: expanded once each
+  std::string twice = "root ::= d0\n";
+  for (int i = 0; i < 40; ++i)
+    twice += "d" + std::to_string(i) + " ::= d" + std::to_string(i + 1) + " | d" +
+             std::to_string(i + 1) + "\n";
+  twice += "d40 ::= \"y\"\n";
+  EXPECT_TRUE(full_match(twice, "y"));
+  ojson deep = ojson::parse(R"({"$ref":"#/$defs/d0","$defs":{}})");
+  for (int i = 0; i < 300; ++i)
+    deep["$defs"]["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  deep["$defs"]["d300"] = {{"type", "null"}};
+  EXPECT_NE(schema_error(deep).find("nests deeper than 128 levels"), std::string::npos);
+}

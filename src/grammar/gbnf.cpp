@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 
 #include "grammar/grammar.h"
@@ -34,6 +33,8 @@ AElem byte_elem(uint8_t lo, uint8_t hi) {
   for (unsigned b = lo; b <= hi; ++b) e.set[b >> 6] |= uint64_t(1) << (b & 63);
   return e;
 }
+
+constexpr int kMaxNesting = 256;  // nested groups (the parser recurses on them)
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -189,9 +190,12 @@ class Parser {
         seq.push_back(chars_elem(rule, normalize_ranges({{0, kMaxCodePoint}})));
         have_last = true;
       } else if (c == '(') {
+        if (++depth_ > kMaxNesting)
+          fail(fmt::format("groups nest deeper than {} levels", kMaxNesting));
         ++pos_;
         skip_space(true);
         auto alts = parse_alternates(rule, true);
+        --depth_;
         skip_space(true);
         if (peek() != ')') fail("expected ')' to close the group");
         ++pos_;
@@ -445,28 +449,40 @@ class Parser {
   std::map<std::string, int32_t> class_rules_;  // one rule per distinct non-ASCII class
   int n_generated_ = 0;
   size_t n_elems_ = 0;
+  int depth_ = 0;  // open groups
 };
 
-// Rules that can match the empty string.
+// Rules that can match the empty string: an alternative is nullable once
+// all its elements are nullable rules (a worklist, linear in the grammar).
 std::vector<bool> nullable_rules(const std::vector<ARule>& rules) {
   std::vector<bool> nullable(rules.size(), false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < rules.size(); ++r) {
-      if (nullable[r]) continue;
-      for (const auto& alt : rules[r].alts) {
-        bool all = true;
-        for (const auto& e : alt)
-          if (!e.is_ref || !nullable[size_t(e.rule)]) {
-            all = false;
-            break;
-          }
-        if (all) {
-          nullable[r] = changed = true;
-          break;
-        }
+  struct Alt {
+    int32_t rule;
+    size_t n_left;  // elements not known to be nullable yet
+  };
+  std::vector<Alt> alts;
+  std::vector<std::vector<size_t>> used_in(rules.size());  // rule -> alts that hold it
+  std::vector<int32_t> work;
+  for (size_t r = 0; r < rules.size(); ++r)
+    for (const auto& alt : rules[r].alts) {
+      bool has_bytes = false;
+      for (const auto& e : alt) has_bytes |= !e.is_ref;
+      if (has_bytes) continue;
+      alts.push_back({int32_t(r), alt.size()});
+      for (const auto& e : alt) used_in[size_t(e.rule)].push_back(alts.size() - 1);
+      if (alt.empty() && !nullable[r]) {
+        nullable[r] = true;
+        work.push_back(int32_t(r));
       }
     }
+  while (!work.empty()) {
+    const int32_t r = work.back();
+    work.pop_back();
+    for (size_t a : used_in[size_t(r)])
+      if (--alts[a].n_left == 0 && !nullable[size_t(alts[a].rule)]) {
+        nullable[size_t(alts[a].rule)] = true;
+        work.push_back(alts[a].rule);
+      }
   }
   return nullable;
 }
@@ -482,26 +498,36 @@ void check_left_recursion(const std::vector<ARule>& rules) {
         left[r].push_back(e.rule);
         if (!nullable[size_t(e.rule)]) break;
       }
-  std::vector<int> color(rules.size(), 0);  // 0 new, 1 on the path, 2 done
-  std::vector<int32_t> path;
-  std::function<void(int32_t)> visit = [&](int32_t r) {
-    color[size_t(r)] = 1;
-    path.push_back(r);
-    for (int32_t n : left[size_t(r)]) {
+  // depth-first without recursion (a chain of rules may be long)
+  std::vector<int> color(rules.size(), 0);       // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<int32_t, size_t>> path;  // rule, next edge
+  for (size_t start = 0; start < rules.size(); ++start) {
+    if (color[start]) continue;
+    path.push_back({int32_t(start), 0});
+    color[start] = 1;
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == left[size_t(r)].size()) {
+        color[size_t(r)] = 2;
+        path.pop_back();
+        continue;
+      }
+      const int32_t n = left[size_t(r)][next++];
       if (color[size_t(n)] == 1) {
         std::string cycle;
-        auto from = std::find(path.begin(), path.end(), n);
-        for (auto it = from; it != path.end(); ++it) cycle += rules[size_t(*it)].name + " -> ";
+        size_t from = 0;
+        while (path[from].first != n) ++from;
+        for (size_t i = from; i < path.size(); ++i)
+          cycle += rules[size_t(path[i].first)].name + " -> ";
         throw GrammarError("grammar: left recursion (" + cycle + rules[size_t(n)].name +
                            ") would never end; rewrite it with repetition");
       }
-      if (color[size_t(n)] == 0) visit(n);
+      if (color[size_t(n)] == 0) {
+        color[size_t(n)] = 1;
+        path.push_back({n, 0});
+      }
     }
-    path.pop_back();
-    color[size_t(r)] = 2;
-  };
-  for (size_t r = 0; r < rules.size(); ++r)
-    if (color[r] == 0) visit(int32_t(r));
+  }
 }
 
 }  // namespace

@@ -147,6 +147,7 @@ class PatternCompiler {
   std::string atom() {
     const char c = peek();
     if (c == '(') {
+      if (++depth_ > 64) fail("groups nest deeper than 64 levels");
       ++pos_;
       if (peek() == '?') {
         if (re_.substr(pos_, 2) != "?:") fail("lookarounds and named groups are not supported");
@@ -155,6 +156,7 @@ class PatternCompiler {
       std::string e = alternation();
       if (peek() != ')') fail("expected ')'");
       ++pos_;
+      --depth_;
       return e;
     }
     if (c == '[') return char_class(class_ranges());
@@ -298,7 +300,10 @@ class PatternCompiler {
   std::string_view re_;
   std::string where_;
   size_t pos_ = 0;
+  int depth_ = 0;  // open groups
 };
+
+constexpr int kMaxSchemaDepth = 128;
 
 const std::set<std::string>& annotation_keywords() {
   static const std::set<std::string> k = {
@@ -432,7 +437,17 @@ class SchemaCompiler {
     return it->get<int64_t>();
   }
 
+  // Depth-guarded: $ref chains recurse too.
   std::string visit(const json& s, const std::string& where, const std::string& hint) {
+    if (++depth_ > kMaxSchemaDepth)
+      fail(where,
+           fmt::format("the schema nests deeper than {} levels (counting $ref)", kMaxSchemaDepth));
+    std::string out = visit_node(s, where, hint);
+    --depth_;
+    return out;
+  }
+
+  std::string visit_node(const json& s, const std::string& where, const std::string& hint) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(where, "the schema false matches nothing");
       return prim("value");
@@ -698,6 +713,7 @@ class SchemaCompiler {
   std::set<std::string> names_, prims_;
   std::map<std::string, std::string> refs_;
   std::vector<std::string> unsupported_;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -22,6 +22,7 @@ size_t Matcher::VecHash::operator()(const std::vector<int32_t>& v) const {
 Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
   nodes_.push_back({-1, -1});
   std::vector<int32_t> start;
+  seen_.clear();
   for (int32_t a : g_->alts[size_t(g_->root)]) expand(a, 0, start, 0);
   state_ = intern_set(start);
 }
@@ -49,6 +50,7 @@ int32_t Matcher::intern_set(std::vector<int32_t>& stacks) {
 
 void Matcher::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth) {
   if (depth > kMaxExpandDepth) return;  // see kMaxExpandDepth: sound, like the truncation
+  if (!seen_.insert(uint64_t(uint32_t(pos)) << 32 | uint32_t(parent)).second) return;
   const Grammar::Elem& e = g_->elems[size_t(pos)];
   switch (e.kind) {
     case Grammar::Kind::Bytes:
@@ -76,6 +78,7 @@ void Matcher::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out, int
 
 int32_t Matcher::compute_step(int32_t state, uint8_t b) {
   std::vector<int32_t> next;
+  seen_.clear();
   for (int32_t id : sets_[size_t(state)]) {
     if (id == 0) continue;
     const Node n = nodes_[size_t(id)];
@@ -88,6 +91,7 @@ int32_t Matcher::compute_step(int32_t state, uint8_t b) {
 }
 
 void Matcher::compact() {
+  if (state_ == kDead) return;
   if (sets_.size() <= kMaxStates && nodes_.size() <= kMaxNodes) return;
   // the current stacks as element lists (top first), then everything anew
   std::vector<std::vector<int32_t>> stacks;
@@ -112,6 +116,7 @@ void Matcher::compact() {
 }
 
 bool Matcher::advance(std::string_view bytes) {
+  if (state_ == kDead) return bytes.empty();
   compact();
   int32_t s = state_;
   for (char c : bytes) {
@@ -123,6 +128,7 @@ bool Matcher::advance(std::string_view bytes) {
 }
 
 bool Matcher::would_accept(std::string_view bytes) {
+  if (state_ == kDead) return bytes.empty();
   compact();
   int32_t s = state_;
   for (char c : bytes)
@@ -131,16 +137,22 @@ bool Matcher::would_accept(std::string_view bytes) {
 }
 
 bool Matcher::can_end() const {
+  if (state_ == kDead) return false;
   return sets_[size_t(state_)].front() == 0;  // sorted: the empty stack first
 }
 
 bool Matcher::must_end() const {
+  if (state_ == kDead) return false;
   return sets_[size_t(state_)].size() == 1 && can_end();
 }
 
 const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
-  compact();
   const size_t n_words = (size_t(trie.n_vocab()) + 63) / 64;
+  if (state_ == kDead) {
+    mask_.assign(n_words, 0);
+    return mask_;
+  }
+  compact();
   if (auto it = masks_.find(state_); it != masks_.end() && it->second.size() == n_words)
     return it->second;
   mask_.assign(n_words, 0);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -24,6 +25,8 @@ namespace wick::grammar {
 
 class Matcher {
  public:
+  // A grammar whose start expands past the limits (4096 rules
+  // entered without a byte) matches nothing: every token is masked.
   explicit Matcher(std::shared_ptr<const Grammar> g);
 
   // Advances over the bytes when the text stays a prefix of a match, else
@@ -55,7 +58,9 @@ class Matcher {
   int32_t intern_node(int32_t pos, int32_t parent);
   int32_t intern_set(std::vector<int32_t>& stacks);  // sorts; -1 when empty
   // Stacks whose top is a Bytes element (or 0: the whole match ended)
-  // reached from expecting elems[pos] with parent below.
+  // reached from expecting elems[pos] with parent below. Each (pos, parent)
+  // is expanded once per step (seen_), so alternatives that meet again cost
+  // nothing more.
   void expand(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth);
   int32_t compute_step(int32_t state, uint8_t b);
   int32_t step(int32_t state, uint8_t b) {
@@ -76,8 +81,8 @@ class Matcher {
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> set_ids_;
   std::vector<int32_t> trans_;  // state * 256 + byte -> state, kDead or kUnknown
   int32_t state_ = -1;
-  std::vector<int32_t> scratch_;
-  std::vector<int32_t> walk_;  // trie walk: the state at each depth
+  std::unordered_set<uint64_t> seen_;  // (pos, parent) expanded in this step already
+  std::vector<int32_t> walk_;          // trie walk: the state at each depth
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<uint64_t> mask_;
 };
