@@ -201,7 +201,9 @@ TEST(Matcher, MaskEqualsTokenByTokenCheckOnQwen3) {
                                  << "'";
       n_allowed += in_mask;
     }
-    if (!at.must_end()) EXPECT_GT(n_allowed, 0u) << cut;
+    if (!at.must_end()) {
+      EXPECT_GT(n_allowed, 0u) << cut;
+    }
     ++n_checked;
   }
   EXPECT_GT(n_checked, 10u);

@@ -105,6 +105,8 @@ void Matcher::compact() {
   sets_.clear();
   set_ids_.clear();
   trans_.clear();
+  loops_.clear();
+  loop_known_.clear();
   masks_.clear();
   std::vector<int32_t> ids;
   for (const auto& s : stacks) {
@@ -146,6 +148,25 @@ bool Matcher::must_end() const {
   return sets_[size_t(state_)].size() == 1 && can_end();
 }
 
+const ByteSet& Matcher::loop_bytes(int32_t state) {
+  if (loops_.size() <= size_t(state)) {
+    loops_.resize(sets_.size());
+    loop_known_.resize(sets_.size(), 0);
+  }
+  if (!loop_known_[size_t(state)]) {
+    ByteSet s{};
+    for (unsigned b = 0; b < 256; ++b)
+      if (step(state, uint8_t(b)) == state) s[b >> 6] |= uint64_t(1) << (b & 63);
+    if (loops_.size() < sets_.size()) {  // step() may have added states
+      loops_.resize(sets_.size());
+      loop_known_.resize(sets_.size(), 0);
+    }
+    loops_[size_t(state)] = s;
+    loop_known_[size_t(state)] = 1;
+  }
+  return loops_[size_t(state)];
+}
+
 const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
   const size_t n_words = (size_t(trie.n_vocab()) + 63) / 64;
   if (state_ == kDead) {
@@ -163,6 +184,7 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
   const uint32_t* end = trie.end_.data();
   const uint32_t* tok_begin = trie.tok_begin_.data();
   const int32_t* tokens = trie.tokens_.data();
+  const int32_t* below = trie.below_.data();
   const uint32_t n = uint32_t(trie.n_nodes());
   for (uint32_t i = 1; i < n;) {
     const uint16_t d = depth[i];
@@ -172,6 +194,17 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
       continue;
     }
     walk_[d] = t;
+    if (below[i] >= 0) {  // every token below loops on t: all allowed, none walked
+      const ByteSet& sub = trie.subtree_bytes_[size_t(below[i])];
+      const ByteSet& loop = loop_bytes(t);
+      if (!(sub[0] & ~loop[0]) && !(sub[1] & ~loop[1]) && !(sub[2] & ~loop[2]) &&
+          !(sub[3] & ~loop[3])) {
+        for (uint32_t k = tok_begin[i]; k < tok_begin[end[i]]; ++k)
+          mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
+        i = end[i];
+        continue;
+      }
+    }
     for (uint32_t k = tok_begin[i]; k < tok_begin[i + 1]; ++k)
       mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
     ++i;

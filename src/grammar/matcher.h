@@ -67,6 +67,8 @@ class Matcher {
     const int32_t t = trans_[size_t(state) * 256 + b];
     return t != kUnknown ? t : compute_step(state, b);
   }
+  // The bytes that lead from state back to itself.
+  const ByteSet& loop_bytes(int32_t state);
   // Past the cache limits: keep the current stacks, forget the rest.
   void compact();
 
@@ -83,6 +85,8 @@ class Matcher {
   int32_t state_ = -1;
   std::unordered_set<uint64_t> seen_;  // (pos, parent) expanded in this step already
   std::vector<int32_t> walk_;          // trie walk: the state at each depth
+  std::vector<ByteSet> loops_;         // by state, once known (loop_known_)
+  std::vector<uint8_t> loop_known_;
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<uint64_t> mask_;
 };

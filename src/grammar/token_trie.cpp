@@ -54,6 +54,20 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes) : bytes_(std::move(bytes)) 
   // tokens_ is in sorted order, which is the preorder of the nodes they end at
   tok_begin_.assign(n_tok.size() + 1, 0);
   std::partial_sum(n_tok.begin(), n_tok.end(), tok_begin_.begin() + 1);
+  // subtree byte sets, children before parents (reverse preorder); kept for large subtrees
+  const size_t n = byte_.size();
+  std::vector<ByteSet> below(n, ByteSet{});
+  below_.assign(n, -1);
+  for (size_t i = n; i-- > 1;) {
+    for (size_t c = i + 1; c < end_[i]; c = end_[c]) {
+      for (size_t w = 0; w < 4; ++w) below[i][w] |= below[c][w];
+      below[i][byte_[c] >> 6] |= uint64_t(1) << (byte_[c] & 63);
+    }
+    if (end_[i] - i >= kMinSummarized) {
+      below_[i] = int32_t(subtree_bytes_.size());
+      subtree_bytes_.push_back(below[i]);
+    }
+  }
 }
 
 std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tk) {

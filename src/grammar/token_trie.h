@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
+
 namespace wick {
 class Tokenizer;
 }
@@ -35,6 +37,13 @@ class TokenTrie {
   std::vector<uint32_t> end_;
   std::vector<uint32_t> tok_begin_;
   std::vector<int32_t> tokens_;
+  // For nodes with a large subtree: every byte on an edge below the node
+  // (subtree_bytes_[below_[i]]; below_[i] -1 for small subtrees). When all
+  // of them loop on the walk's state there (a JSON string's plain
+  // characters), every token below is allowed without walking it.
+  std::vector<int32_t> below_;
+  std::vector<ByteSet> subtree_bytes_;
+  static constexpr uint32_t kMinSummarized = 16;  // subtree nodes
 
  private:
   std::vector<std::string> bytes_;

@@ -123,6 +123,7 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
   parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
   parse_spec(b, "", g);
+  g.grammar = parse_grammar(b, FormatField::OpenAiResponseFormat);
   if ((r.more_prompts.size() + 1) * size_t(r.n_choices) > kMaxPrompts)
     bad("n", fmt::format("prompts x n must be at most {}", kMaxPrompts));
   return r;
