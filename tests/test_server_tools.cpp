@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "grammar/matcher.h"
 #include "helpers.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
@@ -55,7 +56,7 @@ TEST_F(ServerTools, ToolChoiceModes) {
   const OpenAiRequest def = openai(base + "}");  // auto
   EXPECT_EQ(def.tools.format, ToolFormat::Hermes);
   EXPECT_TRUE(def.tools.parallel);
-  EXPECT_TRUE(def.gen.grammar_gbnf.empty());
+  EXPECT_FALSE(def.gen.grammar);
   // the tools reach the template (Qwen3 lists them in a system turn)
   EXPECT_NE(tk().decode(def.gen.prompt, false).find("\"get_weather\""), std::string::npos);
 
@@ -64,12 +65,26 @@ TEST_F(ServerTools, ToolChoiceModes) {
   EXPECT_EQ(none.gen.prompt, openai(std::string("{") + kMsgs + "}").gen.prompt);
 
   const OpenAiRequest req = openai(base + R"(, "tool_choice": "required"})");
-  EXPECT_EQ(req.gen.grammar_gbnf, tool_call_gbnf(ToolFormat::Hermes, {"get_weather", "add"}, true));
+  // required: the grammar of tool_call_gbnf(Hermes, {"get_weather", "add"}, parallel)
+  auto matches = [](const GenerateRequest& g, const std::string& text) {
+    grammar::Matcher mt(g.grammar);
+    return mt.advance(text) && mt.can_end();
+  };
+  const std::string add = R"(<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>)";
+  const std::string weather = R"(<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>)";
+  ASSERT_TRUE(req.gen.grammar);
+  EXPECT_TRUE(matches(req.gen, add));
+  EXPECT_TRUE(matches(req.gen, add + "\n" + weather));
+  EXPECT_FALSE(matches(req.gen, "The capital is Paris."));
+  EXPECT_FALSE(matches(req.gen, R"(<tool_call>{"name": "nope", "arguments": {}}</tool_call>)"));
   const OpenAiRequest named =
       openai(base + R"(, "tool_choice": {"type": "function", "function": {"name": "add"}},
                  "parallel_tool_calls": false})");
   EXPECT_FALSE(named.tools.parallel);
-  EXPECT_EQ(named.gen.grammar_gbnf, tool_call_gbnf(ToolFormat::Hermes, {"add"}, false));
+  ASSERT_TRUE(named.gen.grammar);
+  EXPECT_TRUE(matches(named.gen, add));
+  EXPECT_FALSE(matches(named.gen, weather));
+  EXPECT_FALSE(matches(named.gen, add + "\n" + add));  // parallel_tool_calls false: one call
   // Ollama: tools, no tool_choice
   const OllamaRequest o =
       parse_ollama(json::parse(std::string(R"({"model": "m", )") + kMsgs + ", " + kTools + "}"),

@@ -186,6 +186,7 @@ void Engine::propose_drafts() {
   for (Sequence* s : scheduler_.running()) {
     const SpecMethod m = method_of(*s);
     if (m != SpecMethod::Ngram && m != SpecMethod::Draft) continue;
+    if (s->matcher) continue;  // drafts are not checked against a grammar: none proposed
     // decoding: the last token is the only one left to compute
     if (!s->got_first || s->n_draft || s->n_computed + 1 != int32_t(s->tokens.size())) continue;
     // every token the step may give fits max_tokens and the context (the

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "engine/speculative.h"
+#include "grammar/matcher.h"
+#include "grammar/token_trie.h"
 #include "sampling/logprobs.h"
 
 namespace wick {
@@ -54,8 +56,9 @@ SampleRow device_sample_row(const SamplingParams& p, std::span<const int32_t> hi
 }
 
 // Sequences whose distribution is wanted on the host (log-probabilities, first logits).
+// A grammar's mask is applied on the host too.
 bool needs_host(const Sequence& s) {
-  return s.req.top_logprobs >= 0 || (s.req.keep_first_logits && !s.got_first);
+  return s.req.top_logprobs >= 0 || (s.req.keep_first_logits && !s.got_first) || s.matcher;
 }
 
 bool has_penalties(const SamplingParams& p) {
@@ -70,7 +73,12 @@ bool rejection_sampled(const Sequence& s) {
 
 }  // namespace
 
-void OutputProcessor::start(Sequence& s) const {
+void OutputProcessor::start(Sequence& s) {
+  if (s.req.grammar) {
+    if (!model_->tokenizer) throw GenerateError("a grammar needs the model's tokenizer");
+    if (!trie_) trie_ = grammar::TokenTrie::from_tokenizer(*model_->tokenizer);
+    s.matcher = std::make_shared<grammar::Matcher>(s.req.grammar);
+  }
   s.sampler = std::make_unique<Sampler>(s.req.sampling, int32_t(model_->config().n_vocab));
   s.stops = std::make_unique<StopFilter>(s.req.stop);
   if (model_->tokenizer) s.detok = std::make_unique<StreamDecoder>(*model_->tokenizer, true);
@@ -185,15 +193,36 @@ int32_t OutputProcessor::rejection_step(Sequence& s, std::span<float> row, int32
   return id;
 }
 
+std::span<const uint64_t> OutputProcessor::grammar_mask(Sequence& s) {
+  if (!s.matcher) return {};
+  const auto& allowed = s.matcher->allowed(*trie_);
+  mask_.assign(allowed.begin(), allowed.end());
+  mask_.resize((size_t(model_->config().n_vocab) + 63) / 64, 0);  // ids past the tokenizer's
+  const bool can_end = s.matcher->can_end();
+  for (int32_t id : model_->eog_ids) {  // allowed only where the grammar may end
+    if (id < 0 || size_t(id) >= mask_.size() * 64) continue;
+    const uint64_t bit = uint64_t(1) << (id & 63);
+    uint64_t& word = mask_[size_t(id) >> 6];
+    word = can_end ? word | bit : word & ~bit;
+  }
+  return mask_;
+}
+
+// -1 when a grammar allows no token at all.
 int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   if (s.req.keep_first_logits && !s.got_first) s.result.first_logits.assign(row.begin(), row.end());
-  if (s.req.top_logprobs < 0) return s.sampler->sample(row, s.tokens);
-  // log-probabilities of the model's distribution, before penalties and filters
+  const auto mask = grammar_mask(s);
+  if (s.matcher && std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; }))
+    return -1;
+  if (s.req.top_logprobs < 0) return s.sampler->sample(row, s.tokens, mask);
+  // log-probabilities of the model's distribution, before penalties, the
+  // grammar's mask and the filters
   const float lse = log_sum_exp(row);
   auto top = top_logprobs(row, lse, size_t(s.req.top_logprobs), order_);
   std::vector<float> raw;
-  if (has_penalties(s.req.sampling)) raw.assign(row.begin(), row.end());  // sample() changes row
-  const int32_t id = s.sampler->sample(row, s.tokens);
+  if (has_penalties(s.req.sampling) || s.matcher)
+    raw.assign(row.begin(), row.end());  // sample() changes row
+  const int32_t id = s.sampler->sample(row, s.tokens, mask);
   const float logit = raw.empty() ? row[size_t(id)] : raw[size_t(id)];
   add_logprob(s, {id, logit - lse, std::move(top)});
   return id;
@@ -206,6 +235,11 @@ TokenLogprob OutputProcessor::logprob_of(std::span<const float> raw, int32_t id,
 }
 
 bool OutputProcessor::append(Sequence& s, int32_t id) {
+  if (id < 0) {  // sample_on_host: the grammar allows nothing here
+    if (s.detok) s.result.text += s.detok->finish();
+    s.result.stop_reason = "error: the grammar allows no token of the vocabulary here";
+    return false;
+  }
   if (!s.got_first) {
     s.got_first = true;
     s.first_token = Sequence::clock::now();
@@ -232,7 +266,17 @@ bool OutputProcessor::append(Sequence& s, int32_t id) {
     if (s.result.stop_reason.empty()) s.result.stop_reason = "eos";
     return false;
   }
+  if (s.matcher && !s.matcher->accept_token(*trie_, id)) {  // the mask rules this out
+    s.result.stop_reason = "error: a token outside the grammar was chosen";
+    s.result.internal_error = true;
+    return false;
+  }
   if (s.detok && !feed(s.detok->push(id), false)) return false;
+  if (s.matcher && s.matcher->must_end()) {  // the grammar is complete: nothing may follow
+    if (s.detok && !feed(s.detok->finish(), true)) return false;
+    s.result.stop_reason = "stop";
+    return false;
+  }
   const bool at_max = s.n_generated() >= s.req.max_tokens;
   const bool at_ctx = int32_t(s.tokens.size()) >= n_ctx_;
   if (at_max || at_ctx) {

@@ -21,13 +21,18 @@
 
 namespace wick {
 
+namespace grammar {
+class TokenTrie;
+}
+
 class OutputProcessor {
  public:
   OutputProcessor(std::shared_ptr<const LoadedModel> model, int32_t n_ctx)
       : model_(std::move(model)), n_ctx_(n_ctx) {}
 
-  // Readies a new sequence: its sampler, detokenizer, stop filter, clock.
-  void start(Sequence& s) const;
+  // Readies a new sequence: its sampler, detokenizer, stop filter, grammar
+  // matcher, clock. Throws GenerateError for a grammar without a tokenizer.
+  void start(Sequence& s);
   // The tokens of each sequence of the plan that samples (logits rows of
   // the runner's last step in plan order, 1 + n_draft each): one token, or
   // with draft tokens, those the target accepts and one of its own (the
@@ -50,6 +55,9 @@ class OutputProcessor {
                          bool& accepted);
   TokenLogprob logprob_of(std::span<const float> raw, int32_t id, int32_t n_top);
   bool append(Sequence& s, int32_t id);  // false when the sequence ends
+  // The tokens s's grammar allows now (end-of-generation ids where it may
+  // end); empty when s has no grammar, all zero when nothing may follow.
+  std::span<const uint64_t> grammar_mask(Sequence& s);
 
   std::shared_ptr<const LoadedModel> model_;
   int32_t n_ctx_;
@@ -57,6 +65,10 @@ class OutputProcessor {
   std::vector<float> q_dense_;  // scratch: a draft distribution by id (zeros between uses)
   std::vector<int32_t> ids_;    // scratch: a residual distribution
   std::vector<float> weights_;
+  // the vocabulary as a trie of token bytes, built on the first request with
+  // a grammar; a mask of this step's constrained sequence
+  std::shared_ptr<const grammar::TokenTrie> trie_;
+  std::vector<uint64_t> mask_;
 };
 
 }  // namespace wick

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "sampling/sampler.h"
 
 namespace wick {
@@ -49,10 +51,14 @@ struct GenerateRequest {
   // what greedy decoding gives; sampled output keeps its distribution.
   SpecMethod spec = SpecMethod::Default;
   int32_t draft_max = -1;
-  // A GBNF grammar the output must match (the server's forced tool calls:
-  // text/tool_call_grammar.h); empty: none. Not applied yet: the grammar
-  // engine that reads it is built on another branch.
-  std::string grammar_gbnf;
+  // Constrained decoding: when set, each token keeps the output a prefix of
+  // the grammar's language (tokens that break it are masked after the
+  // penalties, before temperature and the filters); an end-of-generation
+  // token is allowed only where the output is a whole match, and the
+  // generation stops ("stop") once nothing may follow. Needs the model's
+  // tokenizer. No speculative decoding for such a request (drafts would
+  // need checking against the grammar; they are simply not proposed).
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct TokenLogprob {

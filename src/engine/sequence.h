@@ -16,6 +16,10 @@
 
 namespace wick {
 
+namespace grammar {
+class Matcher;  // grammar/matcher.h, for output processing alone
+}
+
 // A distribution over a few ids: (id, probability), the rest 0.
 using SparseDist = std::vector<std::pair<int32_t, float>>;
 
@@ -73,6 +77,8 @@ struct Sequence {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StreamDecoder> detok;  // null when the model has no tokenizer
   std::unique_ptr<StopFilter> stops;
+  // with req.grammar: where the output is in it (shared_ptr: the type stays incomplete here)
+  std::shared_ptr<grammar::Matcher> matcher;
   GenerateResult result;
   clock::time_point arrival, first_scheduled, first_token;
   bool was_scheduled = false, got_first = false;

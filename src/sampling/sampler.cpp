@@ -51,10 +51,19 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   touched_.clear();
 }
 
+void Sampler::apply_mask(std::span<float> logits, std::span<const uint64_t> allowed) {
+  if (allowed.empty()) return;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!((allowed[i >> 6] >> (i & 63)) & 1)) logits[i] = -INFINITY;
+}
+
 void Sampler::load_candidates(std::span<const float> logits) {
   cand_.clear();
   const float inv_t = 1.0f / p_.temperature;
-  for (size_t i = 0; i < logits.size(); ++i) cand_.push_back({logits[i] * inv_t, 0.f, int32_t(i)});
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != -INFINITY) cand_.push_back({logits[i] * inv_t, 0.f, int32_t(i)});
+  if (cand_.empty())  // every logit -inf: all ids, as before masks existed
+    for (size_t i = 0; i < logits.size(); ++i) cand_.push_back({logits[i], 0.f, int32_t(i)});
 }
 
 namespace {
@@ -109,8 +118,10 @@ size_t argmax(std::span<const float> x) {
 }  // namespace
 
 const std::vector<Sampler::Cand>& Sampler::distribution(std::span<float> logits,
-                                                        std::span<const int32_t> history) {
+                                                        std::span<const int32_t> history,
+                                                        std::span<const uint64_t> allowed) {
   apply_penalties(logits, history);
+  apply_mask(logits, allowed);
   if (p_.temperature == 0.0f) {
     const size_t best = argmax(logits);
     cand_.assign(1, {logits[best], 1.0f, int32_t(best)});
@@ -146,8 +157,10 @@ int32_t Sampler::draw(std::span<const int32_t> ids, std::span<const float> weigh
   return ids.back();
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history,
+                        std::span<const uint64_t> allowed) {
   apply_penalties(logits, history);
+  apply_mask(logits, allowed);
   if (p_.temperature == 0.0f) return int32_t(argmax(logits));
   keep_candidates(logits);
   double total = 0;

@@ -3,6 +3,7 @@
 //   1. repeat penalty over the last repeat_last_n tokens (divides positive
 //      logits, multiplies negative ones), then presence and frequency
 //      penalties over the same window (logit -= presence + count * frequency);
+//      then an allowed-token mask when given (a grammar's): the others -inf;
 //   2. temperature 0 -> greedy (argmax; ties to the lowest id);
 //   3. temperature scaling; 4. top-k; 5. softmax; 6. top-p (smallest set whose
 //      probability reaches p); 7. min-p (drop below min_p x the top probability);
@@ -41,13 +42,17 @@ struct SamplingParams {
 class Sampler {
  public:
   Sampler(const SamplingParams& p, int32_t n_vocab);
-  // Chooses the next token from logits (modified in place by the penalties).
-  // `history` is every token of the sequence so far (prompt and generated).
-  int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // Chooses the next token from logits (modified in place by the penalties
+  // and the mask). `history` is every token of the sequence so far (prompt
+  // and generated). `allowed`, when not empty, is a bit per id (bit id % 64
+  // of word id / 64): only those may be chosen; at least one must be set.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> history,
+                 std::span<const uint64_t> allowed = {});
   const SamplingParams& params() const { return p_; }
 
   // The processors one by one (public for tests). Each works on cand_.
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
+  static void apply_mask(std::span<float> logits, std::span<const uint64_t> allowed);
   struct Cand {
     float logit;
     float p;
@@ -56,7 +61,7 @@ class Sampler {
   const std::vector<Cand>& candidates() const { return cand_; }
   // the filters in order: the candidates that survive, with softmax weights (not renormalised)
   void keep_candidates(std::span<const float> logits);
-  void load_candidates(std::span<const float> logits);  // all ids, logits / temperature
+  void load_candidates(std::span<const float> logits);  // ids not at -inf, logits / temperature
   void top_k(int32_t k);
   void softmax();
   void top_p(float p);
@@ -66,7 +71,8 @@ class Sampler {
   // after the processors, best first (greedy: the argmax alone, p = 1).
   // Modifies logits like sample(); consumes no randomness. For speculative
   // decoding, which needs p and q, not only a draw.
-  const std::vector<Cand>& distribution(std::span<float> logits, std::span<const int32_t> history);
+  const std::vector<Cand>& distribution(std::span<float> logits, std::span<const int32_t> history,
+                                        std::span<const uint64_t> allowed = {});
   double uniform();  // a draw in [0, 1) from this sampler's generator
   // An id drawn with probability proportional to weights[i] (ids[i]); the
   // last one when rounding leaves the draw past the total.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "grammar/json_schema.h"
 #include "text/json_scan.h"
 #include "text/utf8.h"
 
@@ -101,6 +102,73 @@ void parse_spec(const json& obj, const std::string& param_prefix, GenerateReques
     if (*k < 0 || *k > kMaxDraft)
       bad(param_prefix + "draft_max", fmt::format("draft_max must be in [0, {}]", kMaxDraft));
     r.draft_max = int32_t(*k);
+  }
+}
+
+namespace {
+
+// GBNF text for OpenAI's response_format; empty for plain text.
+std::string response_format_gbnf(const json& rf) {
+  if (!rf.is_object())
+    bad("response_format", "'response_format' must be an object", "invalid_type");
+  const std::string type = field<std::string>(rf, "type").value_or("");
+  if (type == "text") return "";
+  if (type == "json_object") return grammar::json_object_gbnf();
+  if (type != "json_schema")
+    bad("response_format.type",
+        "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+  auto js = rf.find("json_schema");
+  if (js == rf.end() || !js->is_object())
+    bad("response_format.json_schema", "response_format.json_schema must be an object",
+        "missing_field");
+  field<std::string>(*js, "name");  // type-checked; a label only
+  field<bool>(*js, "strict");       // objects never get undeclared properties either way
+  auto schema = js->find("schema");
+  if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
+    bad("response_format.json_schema.schema",
+        "response_format.json_schema.schema must be a JSON schema object", "missing_field");
+  try {
+    return grammar::json_schema_to_gbnf(*schema);
+  } catch (const grammar::GrammarError& e) {
+    bad("response_format.json_schema.schema", e.what(), "unsupported_schema");
+  }
+}
+
+// GBNF text for Ollama's format; empty for none.
+std::string ollama_format_gbnf(const json& f) {
+  if (f.is_string()) {
+    if (f.get<std::string>().empty()) return "";
+    if (f.get<std::string>() == "json") return grammar::json_object_gbnf();
+    bad("format", "'format' must be \"json\" or a JSON schema object");
+  }
+  if (!f.is_object())
+    bad("format", "'format' must be \"json\" or a JSON schema object", "invalid_type");
+  try {
+    return grammar::json_schema_to_gbnf(f);
+  } catch (const grammar::GrammarError& e) {
+    bad("format", e.what(), "unsupported_schema");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which) {
+  const char* key = which == FormatField::OllamaFormat ? "format" : "response_format";
+  std::string gbnf;
+  if (auto it = obj.find(key); it != obj.end() && !it->is_null())
+    gbnf = which == FormatField::OllamaFormat ? ollama_format_gbnf(*it) : response_format_gbnf(*it);
+  const bool from_field = !gbnf.empty();
+  if (auto text = field<std::string>(obj, "grammar")) {
+    if (from_field) bad("grammar", fmt::format("use either 'grammar' or '{}', not both", key));
+    if (text->empty()) bad("grammar", "'grammar' is empty");
+    gbnf = *text;
+  }
+  if (gbnf.empty()) return nullptr;
+  try {
+    return grammar::compile_gbnf(gbnf);
+  } catch (const grammar::GrammarError& e) {
+    // a schema's grammar failing is wick's bug, but the client still learns which field
+    bad(from_field ? key : "grammar", e.what(), "invalid_grammar");
   }
 }
 

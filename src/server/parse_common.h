@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "engine/session.h"
+#include "grammar/grammar.h"
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
 
@@ -97,6 +99,13 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
 // wick's speculative decoding extras: "spec" ("off", "ngram", "draft") and
 // "draft_max" (0-64) of obj; param_prefix goes before their names in errors.
 void parse_spec(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// Constrained decoding: the "grammar" extra (GBNF text) and the API's own
+// field: OpenAI's "response_format" ({"type": "text" | "json_object" |
+// "json_schema", "json_schema": {"name", "schema", "strict"}}) or Ollama's
+// "format" ("json" or a schema object). Null when none asks for one; a bad
+// grammar or schema (unsupported keywords named) is a 400 naming the field.
+enum class FormatField { OpenAiResponseFormat, OllamaFormat };
+std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which);
 // A string or an array of at most max_n non-empty strings of at most kMaxStopBytes.
 std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n);
 

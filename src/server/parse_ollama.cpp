@@ -85,6 +85,7 @@ OllamaRequest parse_ollama(const json& b, bool chat, const ModelView& m, uint64_
   const int64_t ctx = context_for(o, m, g.prompt.size());
   parse_limits(o, kOllamaSampling, ctx - int64_t(g.prompt.size()), g);
   parse_spec(o, "options.", g);
+  g.grammar = parse_grammar(b, FormatField::OllamaFormat);
   r.stream = field<bool>(b, "stream").value_or(true);
   return r;
 }

@@ -122,6 +122,12 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
   parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
   parse_spec(b, "", g);
+  if (auto format = parse_grammar(b, FormatField::OpenAiResponseFormat)) {
+    if (g.grammar)  // set by tool_choice
+      bad(b.contains("grammar") ? "grammar" : "response_format",
+          "an output format cannot be combined with tool_choice \"required\" or a named function");
+    g.grammar = std::move(format);
+  }
   if ((r.more_prompts.size() + 1) * size_t(r.n_choices) > kMaxPrompts)
     bad("n", fmt::format("prompts x n must be at most {}", kMaxPrompts));
   return r;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "grammar/grammar.h"
 #include "text/tool_call_grammar.h"
 
 namespace wick::server {
@@ -73,7 +74,8 @@ json parse_tools(const json& b, const ModelView& m, bool openai, ToolSetup& setu
   }
   if (!has_tools || choice == "none") return json();  // nothing offered, nothing parsed
   setup.format = format;
-  if (!forced.empty()) g.grammar_gbnf = tool_call_gbnf(format, forced, setup.parallel);
+  if (!forced.empty())
+    g.grammar = grammar::compile_gbnf(tool_call_gbnf(format, forced, setup.parallel));
   return tools;
 }
 

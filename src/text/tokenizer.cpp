@@ -474,4 +474,42 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
   return out;
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  std::string t = vocab_.at(size_t(id));
+  for (const auto& d : decoders_) {
+    switch (d.kind) {
+      case DecoderStep::ByteLevel: {
+        std::string bytes;
+        for (size_t i = 0; i < t.size();) {
+          const size_t at = i;
+          const int b = byte_level::char_to_byte(utf8::next(t, i));
+          if (b >= 0)
+            bytes += char(b);
+          else
+            bytes.append(t, at, i - at);
+        }
+        t = std::move(bytes);
+        break;
+      }
+      case DecoderStep::Replace:
+        t = replace_all(t, d.a, d.b);
+        break;
+      case DecoderStep::ByteFallback: {
+        unsigned v;
+        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+            std::sscanf(t.c_str() + 3, "%2X", &v) == 1)
+          t = std::string(1, char(v));
+        break;
+      }
+      case DecoderStep::Metaspace:
+        t = replace_all(t, d.a, " ");
+        break;
+      case DecoderStep::Fuse:
+      case DecoderStep::Strip:  // whole-text steps (a first space), not a token's
+        break;
+    }
+  }
+  return t;
+}
+
 }  // namespace wick

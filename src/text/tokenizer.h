@@ -73,6 +73,11 @@ class Tokenizer {
   // Text of ids; special tokens hidden unless asked. Invalid UTF-8 from byte
   // tokens becomes U+FFFD. Throws TextError for ids outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, bool skip_special = true) const;
+  // The raw bytes one token adds to the output, as the decoders give them
+  // but without the UTF-8 repair and without stripping a first token's
+  // leading space (for a grammar matched byte by byte: a token may end
+  // inside a character).
+  std::string token_bytes(int32_t id) const;
 
   int32_t n_vocab() const { return int32_t(vocab_.size()); }
   std::optional<int32_t> token_id(const std::string& token) const;

@@ -9,15 +9,16 @@ namespace wick {
 
 namespace {
 
-// Any JSON value, for arguments the grammar leaves free (RFC 8259's syntax).
+// Any JSON value, for arguments the grammar leaves free (RFC 8259's syntax;
+// whitespace and digits bounded, so that a model cannot loop on them).
 constexpr const char* kJsonRules =
     R"(object ::= "{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}"
 array ::= "[" ws ( value ( ws "," ws value )* )? ws "]"
 value ::= object | array | string | number | "true" | "false" | "null"
 string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" hex hex hex hex ) )* "\""
 hex ::= [0-9a-fA-F]
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws ::= [ \t\n\r]*
+number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+ws ::= [ \t\n\r]{0,16}
 )";
 
 // name ::= alternatives, each the JSON string of a name (quoted: true) or the bare name.

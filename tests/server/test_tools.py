@@ -125,8 +125,6 @@ def test_tool_choice_required_and_named(server, model_name, choice):
         assert all(c["name"] in NAMES and isinstance(json.loads(c["arguments"]), dict) for c in streamed)
 
 
-@pytest.mark.xfail(strict=True, reason="tool_choice required/named is parsed, not yet enforced: the request's "
-                                       "grammar_gbnf waits for the grammar engine (then this passes: drop the mark)")
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_choice_required_forces_a_call(server, model_name, stream):
     """Without worked examples the model answers in text; the forcing grammar must make it a call."""

@@ -1,0 +1,216 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+namespace wick::grammar {
+
+namespace {
+// A request's grammar is user input: bound what one matcher keeps.
+constexpr size_t kMaxStates = 8192;    // 8 MiB of transitions
+constexpr size_t kMaxNodes = 1 << 20;  // interned stack nodes
+constexpr size_t kMaxStacks = 1024;    // stacks in one state (an ambiguous grammar)
+constexpr int kMaxExpandDepth = 4096;  // rules entered without a byte in between
+constexpr size_t kMaxCachedMasks = 256;
+}  // namespace
+
+size_t Matcher::VecHash::operator()(const std::vector<int32_t>& v) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ v.size();
+  for (int32_t x : v) h = (h ^ uint32_t(x)) * 0x100000001B3ull + (h >> 29);
+  return size_t(h);
+}
+
+Matcher::Matcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
+  nodes_.push_back({-1, -1});
+  std::vector<int32_t> start;
+  seen_.clear();
+  for (int32_t a : g_->alts[size_t(g_->root)]) expand(a, 0, start, 0);
+  state_ = intern_set(start);
+}
+
+int32_t Matcher::intern_node(int32_t pos, int32_t parent) {
+  const uint64_t key = uint64_t(uint32_t(pos)) << 32 | uint32_t(parent);
+  auto [it, fresh] = node_ids_.try_emplace(key, int32_t(nodes_.size()));
+  if (fresh) nodes_.push_back({pos, parent});
+  return it->second;
+}
+
+int32_t Matcher::intern_set(std::vector<int32_t>& stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  if (stacks.empty()) return kDead;
+  // Sound when truncated: every stack kept is a valid parse, some are lost.
+  if (stacks.size() > kMaxStacks) stacks.resize(kMaxStacks);
+  auto [it, fresh] = set_ids_.try_emplace(stacks, int32_t(sets_.size()));
+  if (fresh) {
+    sets_.push_back(stacks);
+    trans_.resize(trans_.size() + 256, kUnknown);
+  }
+  return it->second;
+}
+
+void Matcher::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth) {
+  if (depth > kMaxExpandDepth) return;  // see kMaxExpandDepth: sound, like the truncation
+  if (!seen_.insert(uint64_t(uint32_t(pos)) << 32 | uint32_t(parent)).second) return;
+  const Grammar::Elem& e = g_->elems[size_t(pos)];
+  switch (e.kind) {
+    case Grammar::Kind::Bytes:
+      out.push_back(intern_node(pos, parent));
+      return;
+    case Grammar::Kind::End:
+      if (parent == 0) {
+        out.push_back(0);
+      } else {
+        const Node p = nodes_[size_t(parent)];
+        expand(p.pos, p.parent, out, depth + 1);
+      }
+      return;
+    case Grammar::Kind::Ref: {
+      // the continuation after the rule; none when the rule ends this one
+      // (a tail call: right recursion does not grow the stack)
+      const int32_t cont = g_->elems[size_t(pos) + 1].kind == Grammar::Kind::End
+                               ? parent
+                               : intern_node(pos + 1, parent);
+      for (int32_t a : g_->alts[size_t(e.arg)]) expand(a, cont, out, depth + 1);
+      return;
+    }
+  }
+}
+
+int32_t Matcher::compute_step(int32_t state, uint8_t b) {
+  std::vector<int32_t> next;
+  seen_.clear();
+  for (int32_t id : sets_[size_t(state)]) {
+    if (id == 0) continue;
+    const Node n = nodes_[size_t(id)];
+    if (has_byte(g_->sets[size_t(g_->elems[size_t(n.pos)].arg)], b))
+      expand(n.pos + 1, n.parent, next, 0);
+  }
+  const int32_t t = intern_set(next);
+  trans_[size_t(state) * 256 + b] = t;
+  return t;
+}
+
+void Matcher::compact() {
+  if (state_ == kDead) return;
+  if (sets_.size() <= kMaxStates && nodes_.size() <= kMaxNodes) return;
+  // the current stacks as element lists (top first), then everything anew
+  std::vector<std::vector<int32_t>> stacks;
+  for (int32_t id : sets_[size_t(state_)]) {
+    std::vector<int32_t> s;
+    for (int32_t n = id; n != 0; n = nodes_[size_t(n)].parent) s.push_back(nodes_[size_t(n)].pos);
+    stacks.push_back(std::move(s));
+  }
+  nodes_.resize(1);
+  node_ids_.clear();
+  sets_.clear();
+  set_ids_.clear();
+  trans_.clear();
+  loops_.clear();
+  loop_known_.clear();
+  masks_.clear();
+  std::vector<int32_t> ids;
+  for (const auto& s : stacks) {
+    int32_t parent = 0;
+    for (auto it = s.rbegin(); it != s.rend(); ++it) parent = intern_node(*it, parent);
+    ids.push_back(parent);
+  }
+  state_ = intern_set(ids);
+}
+
+bool Matcher::advance(std::string_view bytes) {
+  if (state_ == kDead) return bytes.empty();
+  compact();
+  int32_t s = state_;
+  for (char c : bytes) {
+    s = step(s, uint8_t(c));
+    if (s == kDead) return false;
+  }
+  state_ = s;
+  return true;
+}
+
+bool Matcher::would_accept(std::string_view bytes) {
+  if (state_ == kDead) return bytes.empty();
+  compact();
+  int32_t s = state_;
+  for (char c : bytes)
+    if ((s = step(s, uint8_t(c))) == kDead) return false;
+  return true;
+}
+
+bool Matcher::can_end() const {
+  if (state_ == kDead) return false;
+  return sets_[size_t(state_)].front() == 0;  // sorted: the empty stack first
+}
+
+bool Matcher::must_end() const {
+  if (state_ == kDead) return false;
+  return sets_[size_t(state_)].size() == 1 && can_end();
+}
+
+const ByteSet& Matcher::loop_bytes(int32_t state) {
+  if (loops_.size() <= size_t(state)) {
+    loops_.resize(sets_.size());
+    loop_known_.resize(sets_.size(), 0);
+  }
+  if (!loop_known_[size_t(state)]) {
+    ByteSet s{};
+    for (unsigned b = 0; b < 256; ++b)
+      if (step(state, uint8_t(b)) == state) s[b >> 6] |= uint64_t(1) << (b & 63);
+    if (loops_.size() < sets_.size()) {  // step() may have added states
+      loops_.resize(sets_.size());
+      loop_known_.resize(sets_.size(), 0);
+    }
+    loops_[size_t(state)] = s;
+    loop_known_[size_t(state)] = 1;
+  }
+  return loops_[size_t(state)];
+}
+
+const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
+  const size_t n_words = (size_t(trie.n_vocab()) + 63) / 64;
+  if (state_ == kDead) {
+    mask_.assign(n_words, 0);
+    return mask_;
+  }
+  compact();
+  if (auto it = masks_.find(state_); it != masks_.end() && it->second.size() == n_words)
+    return it->second;
+  mask_.assign(n_words, 0);
+  walk_.resize(trie.max_depth() + 1);
+  walk_[0] = state_;
+  const uint8_t* byte = trie.byte_.data();
+  const uint16_t* depth = trie.depth_.data();
+  const uint32_t* end = trie.end_.data();
+  const uint32_t* tok_begin = trie.tok_begin_.data();
+  const int32_t* tokens = trie.tokens_.data();
+  const int32_t* below = trie.below_.data();
+  const uint32_t n = uint32_t(trie.n_nodes());
+  for (uint32_t i = 1; i < n;) {
+    const uint16_t d = depth[i];
+    const int32_t t = step(walk_[d - 1u], byte[i]);
+    if (t == kDead) {  // no token below this prefix can follow
+      i = end[i];
+      continue;
+    }
+    walk_[d] = t;
+    if (below[i] >= 0) {  // every token below loops on t: all allowed, none walked
+      const ByteSet& sub = trie.subtree_bytes_[size_t(below[i])];
+      const ByteSet& loop = loop_bytes(t);
+      if (!(sub[0] & ~loop[0]) && !(sub[1] & ~loop[1]) && !(sub[2] & ~loop[2]) &&
+          !(sub[3] & ~loop[3])) {
+        for (uint32_t k = tok_begin[i]; k < tok_begin[end[i]]; ++k)
+          mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
+        i = end[i];
+        continue;
+      }
+    }
+    for (uint32_t k = tok_begin[i]; k < tok_begin[i + 1]; ++k)
+      mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
+    ++i;
+  }
+  if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+  return masks_[state_] = mask_;
+}
+
+}  // namespace wick::grammar
