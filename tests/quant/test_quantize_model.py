@@ -1,0 +1,72 @@
+"""`wick quantize` on the default model: the mixes follow the documented
+rule, the output runs in wick, a full disk (a file-size limit) leaves no
+file behind, and quantize-on-load (--quantize) reports its time."""
+import os
+import subprocess
+
+import gguf
+import pytest
+from gguf import GGMLQuantizationType as Q
+from conftest import WICK, wick
+
+
+def types_of(path):
+    return {t.name: t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+@pytest.mark.parametrize("name", ["q4_k_m", "q5_k_m"])
+def test_mix_rule_on_default_model(tmp_path, model, name):
+    out = tmp_path / f"{name}.gguf"
+    wick("quantize", model, out, "--type", name)
+    types = types_of(out)
+    base, fallback = (Q.Q4_K, Q.Q5_0) if name == "q4_k_m" else (Q.Q5_K, Q.Q5_1)
+    n_layer = 1 + max(int(k.split(".")[1]) for k in types if k.startswith("blk."))
+    # SmolLM2-135M: n_embd 576 is no multiple of 256, so matrices 576 wide take
+    # llama.cpp's fallbacks; ffn_down (1536 wide) keeps the K-quants.
+    assert types["token_embd.weight"] == Q.Q8_0  # tied output: q6_k, falls back to q8_0
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        assert types[p + "attn_norm.weight"] == Q.F32
+        assert types[p + "attn_q.weight"] == fallback
+        assert types[p + "attn_v.weight"] == (Q.Q8_0 if more_bits(i, n_layer) else fallback)
+        assert types[p + "ffn_down.weight"] == (Q.Q6_K if more_bits(i, n_layer) else base)
+    r = wick("generate", "--model", out, "--prompt", "What is the capital of France?",
+             "--temperature", "0", "--max-tokens", "12")
+    assert "Paris" in r.stdout
+
+
+def test_disk_full_leaves_no_file(tmp_path, model):
+    """A file-size limit (ulimit -f, 2 MiB) makes the write fail like a full disk:
+    a clear error, no output and no temporary file left."""
+    out = tmp_path / "out.gguf"
+    r = subprocess.run(["bash", "-c", f'ulimit -f 2048; exec "{WICK}" quantize "{model}" "{out}" --type q8_0'],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "not written" in r.stderr and "no file was left behind" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_type_is_a_clear_error(tmp_path, model):
+    r = wick("quantize", model, tmp_path / "x.gguf", "--type", "q3_k", check=False)
+    assert r.returncode != 0 and "q3_k" in r.stderr and "q4_k_m" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_quantize_on_load_matches_the_file(tmp_path, model):
+    """--quantize q8_0 on an f16 GGUF runs the same weights as the q8_0 file
+    `wick quantize` writes from it (same logits), and logs its load time."""
+    f16 = tmp_path / "f16.gguf"
+    q8 = tmp_path / "q8.gguf"
+    wick("quantize", model, f16, "--type", "f16")
+    wick("quantize", f16, q8, "--type", "q8_0")
+    ids = "1,504,3458,282,4649,314,253,"
+    a = wick("logits", f16, "--ids", ids.rstrip(","), "--json", "--quantize", "q8_0", "--device", "cpu")
+    b = wick("logits", q8, "--ids", ids.rstrip(","), "--json", "--device", "cpu")
+    assert a.stdout == b.stdout
+    assert "quantized to q8_0 at load in" in a.stderr
+    r = wick("logits", q8, "--ids", "1,2", "--json", "--quantize", "q4_0", check=False)
+    assert r.returncode != 0 and "already q8_0" in r.stderr
