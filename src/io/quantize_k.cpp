@@ -157,38 +157,67 @@ void pack_scale_min(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
   }
 }
 
-// One q4_k / q5_k super-block: levels q[256] in 0..n_max, d, dmin and packed scales.
-void quantize_affine_superblock(const float* x, int n_max, uint8_t* q, uint16_t& d_out,
-                                uint16_t& dmin_out, uint8_t* scales) {
-  Fit fits[8];
+// Sub-block fits of a q4_k / q5_k super-block as stored: 6-bit scales and
+// mins against f16 super-block scales, and the levels for them.
+struct AffineSuperblock {
+  uint16_t d = 0, dmin = 0;
+  uint8_t ls[8] = {}, lm[8] = {};
+  uint8_t q[256];
+  float err = 0.f;
+};
+
+AffineSuperblock pack_affine(const float* x, const Fit* fits, int n_max) {
+  AffineSuperblock sb;
   float max_scale = 0.f, max_min = 0.f;
   for (int j = 0; j < 8; ++j) {
-    fits[j] = search_affine(x + 32 * j, 32, n_max);
     max_scale = std::max(max_scale, fits[j].scale);
     max_min = std::max(max_min, fits[j].min);
   }
-  const float d = max_scale / 63.f, dmin = max_min / 63.f;
-  uint8_t ls[8], lm[8];
+  // rounded to f16 first, so that the 6-bit scales fit the stored super-block scales
+  sb.d = f32_to_f16(max_scale / 63.f);
+  sb.dmin = f32_to_f16(max_min / 63.f);
+  const float d16 = f16_to_f32(sb.d), dmin16 = f16_to_f32(sb.dmin);
   for (int j = 0; j < 8; ++j) {
-    ls[j] = uint8_t(d > 0 ? nearest(fits[j].scale / d, 0, 63) : 0);
-    lm[j] = uint8_t(dmin > 0 ? nearest(fits[j].min / dmin, 0, 63) : 0);
+    sb.ls[j] = uint8_t(d16 > 0 ? nearest(fits[j].scale / d16, 0, 63) : 0);
+    sb.lm[j] = uint8_t(dmin16 > 0 ? nearest(fits[j].min / dmin16, 0, 63) : 0);
   }
-  d_out = f32_to_f16(d);
-  dmin_out = f32_to_f16(dmin);
-  pack_scale_min(ls, lm, scales);
-  const float d16 = f16_to_f32(d_out), dmin16 = f16_to_f32(dmin_out);
   for (int j = 0; j < 8; ++j)  // the levels for the scales as stored
-    affine_error(x + 32 * j, 32, d16 * float(ls[j]), dmin16 * float(lm[j]), n_max, q + 32 * j);
+    sb.err += affine_error(x + 32 * j, 32, d16 * float(sb.ls[j]), dmin16 * float(sb.lm[j]), n_max,
+                           sb.q + 32 * j);
+  return sb;
+}
+
+// One q4_k / q5_k super-block. The searched fits are kept unless plain
+// min/max fits come out better once their scales are rounded to 6 bits
+// (blocks already on a grid, such as weights dequantized from q4_1).
+AffineSuperblock quantize_affine_superblock(const float* x, int n_max) {
+  Fit searched[8], minmax[8];
+  for (int j = 0; j < 8; ++j) {
+    searched[j] = search_affine(x + 32 * j, 32, n_max);
+    float lo = 0.f, hi = x[32 * j];
+    for (int i = 0; i < 32; ++i) {
+      lo = std::min(lo, x[32 * j + i]);
+      hi = std::max(hi, x[32 * j + i]);
+    }
+    minmax[j].scale = std::max(hi - lo, 0.f) / float(n_max);
+    minmax[j].min = -lo;
+  }
+  AffineSuperblock a = pack_affine(x, searched, n_max);
+  AffineSuperblock b = pack_affine(x, minmax, n_max);
+  return b.err < a.err ? b : a;
 }
 
 }  // namespace
 
 void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ4_K*>(dst);
-  uint8_t q[256];
   for (int64_t b = 0; b < n / 256; ++b) {
     BlockQ4_K& o = out[b];
-    quantize_affine_superblock(src + b * 256, 15, q, o.d, o.dmin, o.scales);
+    const AffineSuperblock sb = quantize_affine_superblock(src + b * 256, 15);
+    o.d = sb.d;
+    o.dmin = sb.dmin;
+    pack_scale_min(sb.ls, sb.lm, o.scales);
+    const uint8_t* q = sb.q;
     for (int p = 0; p < 4; ++p)  // 32 bytes per pair of sub-blocks: low nibble first
       for (int l = 0; l < 32; ++l)
         o.qs[32 * p + l] = uint8_t(q[64 * p + l] | (q[64 * p + 32 + l] << 4));
@@ -197,10 +226,13 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
 
 void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ5_K*>(dst);
-  uint8_t q[256];
   for (int64_t b = 0; b < n / 256; ++b) {
     BlockQ5_K& o = out[b];
-    quantize_affine_superblock(src + b * 256, 31, q, o.d, o.dmin, o.scales);
+    const AffineSuperblock sb = quantize_affine_superblock(src + b * 256, 31);
+    o.d = sb.d;
+    o.dmin = sb.dmin;
+    pack_scale_min(sb.ls, sb.lm, o.scales);
+    const uint8_t* q = sb.q;
     std::memset(o.qh, 0, sizeof o.qh);
     for (int p = 0; p < 4; ++p)
       for (int l = 0; l < 32; ++l) {
@@ -211,24 +243,53 @@ void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
   }
 }
 
+namespace {
+
+// A q6_k super-block as stored for the given sub-block scales: 8-bit scales
+// against an f16 super-block scale, levels 0..63 (value + 32).
+struct SymmetricSuperblock {
+  uint16_t d = 0;
+  int8_t ls[16] = {};
+  uint8_t q[256];
+  float err = 0.f;
+};
+
+SymmetricSuperblock pack_symmetric(const float* x, const float* scales) {
+  SymmetricSuperblock sb;
+  sb.d = f32_to_f16(signed_amax(scales, 16) / -128.f);
+  const float d16 = f16_to_f32(sb.d);
+  for (int j = 0; j < 16; ++j) {
+    sb.ls[j] = int8_t(d16 != 0.f ? nearest(scales[j] / d16, -128, 127) : 0);
+    const float s = d16 * float(sb.ls[j]);
+    const float inv = s != 0.f ? 1.f / s : 0.f;
+    for (int i = 0; i < 16; ++i) {
+      const float v = x[16 * j + i];
+      const int q = nearest(v * inv, -32, 31);
+      sb.q[16 * j + i] = uint8_t(q + 32);
+      sb.err += (s * float(q) - v) * (s * float(q) - v);
+    }
+  }
+  return sb;
+}
+
+}  // namespace
+
 void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ6_K*>(dst);
   for (int64_t b = 0; b < n / 256; ++b) {
     const float* x = src + b * 256;
     BlockQ6_K& o = out[b];
-    float scales[16];
-    for (int j = 0; j < 16; ++j) scales[j] = search_symmetric(x + 16 * j, 16);
-    const float d = signed_amax(scales, 16) / -128.f;
-    o.d = f32_to_f16(d);
-    const float d16 = f16_to_f32(o.d);
-    uint8_t q[256];  // stored levels, 0..63
+    float searched[16], amax[16];
     for (int j = 0; j < 16; ++j) {
-      o.scales[j] = int8_t(d != 0.f ? nearest(scales[j] / d, -128, 127) : 0);
-      const float s = d16 * float(o.scales[j]);
-      const float inv = s != 0.f ? 1.f / s : 0.f;
-      for (int i = 0; i < 16; ++i)
-        q[16 * j + i] = uint8_t(nearest(x[16 * j + i] * inv, -32, 31) + 32);
+      searched[j] = search_symmetric(x + 16 * j, 16);
+      amax[j] = signed_amax(x + 16 * j, 16) / -32.f;
     }
+    // the searched scales unless plain absmax ones fare better as stored
+    const SymmetricSuperblock a = pack_symmetric(x, searched), c = pack_symmetric(x, amax);
+    const SymmetricSuperblock& sb = c.err < a.err ? c : a;
+    o.d = sb.d;
+    std::memcpy(o.scales, sb.ls, 16);
+    const uint8_t* q = sb.q;
     std::memset(o.qh, 0, sizeof o.qh);
     for (int h = 0; h < 2; ++h) {  // halves of 128: ql 64 bytes, qh 32 bytes each
       const uint8_t* qq = q + 128 * h;

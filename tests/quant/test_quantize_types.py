@@ -189,8 +189,9 @@ def test_error_against_minmax_and_llamacpp(source, name):
             missing.append(t)
             continue
         ref_err = rmse(ref.reshape(x.shape), x)
-        print(f"{name} {t}: rmse wick {ours:.6g}, llama.cpp {ref_err:.6g} ({ours / ref_err:.3f}x)")
-        assert ours <= 1.05 * ref_err, (t, ours, ref_err)
+        # (the model's rows are Q4_1 already: q4_1 reproduces them, both errors ~0)
+        print(f"{name} {t}: rmse wick {ours:.6g}, llama.cpp {ref_err:.6g}")
+        assert ours <= 1.05 * ref_err + 1e-7, (t, ours, ref_err)
     if missing:
         pytest.skip(f"{name}: no llama.cpp build cached for the reference ({missing}); "
                     "the gguf package has no K-quant quantizer")
