@@ -1,6 +1,7 @@
 """`wick quantize` on the default model: the mixes follow the documented
 rule, the output runs in wick, a full disk (a file-size limit) leaves no
 file behind, and quantize-on-load (--quantize) reports its time."""
+import json
 import os
 import subprocess
 
@@ -34,9 +35,15 @@ def test_mix_rule_on_default_model(tmp_path, model, name):
         assert types[p + "attn_q.weight"] == fallback
         assert types[p + "attn_v.weight"] == (Q.Q8_0 if more_bits(i, n_layer) else fallback)
         assert types[p + "ffn_down.weight"] == (Q.Q6_K if more_bits(i, n_layer) else base)
-    r = wick("generate", "--model", out, "--prompt", "What is the capital of France?",
-             "--temperature", "0", "--max-tokens", "12")
-    assert "Paris" in r.stdout
+    # it runs in wick and stays close to its source (a 135M model's greedy
+    # answers flip too easily to compare text): measured on 3 windows of 128,
+    # q4_k_m: PPL 24.6 vs 25.0, mean KLD 0.13, same top token 86 %
+    text = "/usr/share/common-licenses/GPL-3"
+    r = json.loads(wick("perplexity", out, text, "--ctx", 128, "--chunks", 3, "--json",
+                        "--kl-divergence", model, "--device", "cpu").stdout)
+    k = r["kl_divergence"]
+    assert abs(r["ppl"] / k["ppl_base"] - 1) < 0.1, (r["ppl"], k["ppl_base"])
+    assert 0 < k["mean"] < 0.25 and k["same_top"] > 0.75, k
 
 
 def test_disk_full_leaves_no_file(tmp_path, model):
