@@ -77,3 +77,30 @@ def test_quantize_on_load_matches_the_file(tmp_path, model):
     assert "quantized to q8_0 at load in" in a.stderr
     r = wick("logits", q8, "--ids", "1,2", "--json", "--quantize", "q4_0", check=False)
     assert r.returncode != 0 and "already q8_0" in r.stderr
+
+
+TINY = os.path.join(os.environ.get("WICK_SHARED_DIR", os.path.join(os.path.dirname(__file__), "../../../shared")),
+                    "fixtures/tiny-models")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_moe"])
+def test_hf_folder_quantized_on_load_equals_the_file(tmp_path, arch):
+    """A HF folder: `wick quantize` to q4_0 and --quantize q4_0 at load run the
+    same weights (identical logits), close to the f32 model's."""
+    hf = os.path.join(TINY, arch)
+    if not os.path.isdir(hf):
+        pytest.skip(f"{hf} is missing")
+    out = tmp_path / "q4_0.gguf"
+    wick("quantize", hf, out, "--type", "q4_0")
+    ids = "1,20,300,4,50,60,7,80"
+    def logits(*a):
+        return json.loads(wick("logits", *a, "--ids", ids, "--all", "--json", "--device", "cpu").stdout)["logits"]
+    on_load, from_file, f32 = logits(hf, "--quantize", "q4_0"), logits(out), logits(hf)
+    assert on_load == from_file
+    import numpy as np
+    a, b = np.array(on_load), np.array(f32)
+    assert np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.98
+    if arch == "qwen3_moe":  # the router stays f32
+        types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(out)).tensors}
+        assert types["blk.0.ffn_gate_inp.weight"] == Q.F32
+        assert types["blk.0.ffn_down_exps.weight"] == Q.Q4_0
