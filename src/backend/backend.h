@@ -95,6 +95,7 @@ struct BackendOptions {
   bool gpu_f32 = false;               // keep f32 weights (and KV) in f32 on a GPU
   double gpu_memory_fraction = 0.90;  // of the device's memory wick may use
   int gpu_index = 0;
+  std::string quantize;  // at load: f32/f16/bf16 matrices quantized to this plan ("" keeps them)
 };
 
 class Backend {

@@ -318,7 +318,11 @@ void register_bench(CLI::App& app) {
             json{{"model", path}, {"threads", cpu::n_threads()}, {"results", results}}.dump(2));
       return;
     }
+    const auto t_load = std::chrono::steady_clock::now();
     auto lm = load_on_device(path);
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    spdlog::info("{}: loaded in {:.2f} s", path, load_s);
     const Model* m = lm->model.get();
     const ModelConfig& c = m->config;
     std::mt19937 rng(42);
@@ -393,6 +397,7 @@ void register_bench(CLI::App& app) {
                               {"threads", cpu::n_threads()},
                               {"isa", cpu::simd().isa},
                               {"backend", lm->backend().name()},
+                              {"load_s", load_s},
                               {"results", results}}
                              .dump(2));
   });

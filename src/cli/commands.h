@@ -9,6 +9,8 @@ void register_info(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_perplexity(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_run(CLI::App& app);

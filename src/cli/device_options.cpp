@@ -11,6 +11,7 @@ struct Parsed {
   std::string device;
   bool gpu_f32 = false;
   double gpu_memory_fraction = 0.90;
+  std::string quantize;
 };
 Parsed& parsed() {
   static Parsed p;
@@ -30,6 +31,11 @@ void add_device_options(CLI::App* cmd) {
   cmd->add_option("--gpu-memory-fraction", p.gpu_memory_fraction,
                   "share of the GPU's memory wick may use for weights and KV cache (default 0.9)")
       ->check(CLI::Range(0.05, 1.0));
+  cmd->add_option("--quantize", p.quantize,
+                  "quantize the f32/f16/bf16 matrices of the model at load (in memory, in "
+                  "parallel): q8_0, q6_k, q5_k_m, q4_k_m, q4_0, ... (the types of wick quantize)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+                             "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
   // Models loaded through the pool use these options.
   cmd->parse_complete_callback([] { ModelPool::global().set_backend(backend_options()); });
 }
@@ -47,6 +53,7 @@ BackendOptions backend_options() {
   }
   o.gpu_f32 = p.gpu_f32;
   o.gpu_memory_fraction = p.gpu_memory_fraction;
+  o.quantize = p.quantize;
   return o;
 }
 

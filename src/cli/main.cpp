@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   wick::cli::register_logits(app);
   wick::cli::register_bench(app);
   wick::cli::register_convert(app);
+  wick::cli::register_quantize(app);
+  wick::cli::register_perplexity(app);
   wick::cli::register_tokenize(app);
   wick::cli::register_detokenize(app);
   wick::cli::register_template(app);

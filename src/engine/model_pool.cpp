@@ -1,8 +1,10 @@
 #include "engine/model_pool.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,7 @@
 
 #include "engine/model_store.h"
 #include "io/error.h"
+#include "model/quantize_weights.h"
 
 namespace wick {
 
@@ -95,6 +98,16 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   lm->path = path;
   if (progress) progress(0.f);
   lm->model = load_model(lm->path);
+  if (!opt.quantize.empty()) {
+    auto plan = quant_plan_from_name(opt.quantize);
+    if (!plan)
+      throw ModelError(fmt::format("--quantize {}: not a type wick writes ({})", opt.quantize,
+                                   quant_plan_names()));
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t n = quantize_weights(*lm->model, *plan);
+    spdlog::info("{}: {} matrices quantized to {} at load in {:.2f} s", name, n, opt.quantize,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (progress) progress(0.7f);
   const bool has_tok = lm->model->gguf ? lm->model->gguf->get("tokenizer.ggml.model") != nullptr
                                        : fs::exists(fs::path(lm->path) / "tokenizer.json");

@@ -1,5 +1,8 @@
 #include "io/gguf.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -376,14 +379,39 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
     offset += (t.bytes.size() + alignment - 1) / alignment * alignment;
   }
   o.pad_to(alignment);
+  // A temporary file renamed when complete: an interrupted or failed write
+  // never leaves a partial file under `path`.
+  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw_io("{}: cannot create: {}", tmp, std::strerror(errno));
+  auto fail = [&](int err) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    if (err == ENOSPC || err == EFBIG || err == EDQUOT)
+      throw_io("{}: not written: {} (the file needs {:.1f} MiB); no file was left behind", path,
+               std::strerror(err), double(o.buf.size() + offset) / (1 << 20));
+    throw_io("{}: write failed: {}", path, std::strerror(err));
+  };
+  auto put = [&](const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f) != n) fail(errno);
+  };
+  put(o.buf.data(), o.buf.size());
+  const std::vector<uint8_t> zeros(alignment, 0);
   for (auto& t : tensors_) {
-    o.buf.insert(o.buf.end(), t.bytes.begin(), t.bytes.end());
-    o.pad_to(alignment);
+    put(t.bytes.data(), t.bytes.size());
+    put(zeros.data(), (alignment - t.bytes.size() % alignment) % alignment);
   }
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw_io("{}: cannot create: {}", path, std::strerror(errno));
-  size_t n = std::fwrite(o.buf.data(), 1, o.buf.size(), f);
-  if (std::fclose(f) != 0 || n != o.buf.size()) throw_io("{}: write failed", path);
+  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail(errno);
+  if (std::fclose(f) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw_io("{}: write failed: {}", path, std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw_io("{}: cannot rename {} into place: {}", path, tmp, std::strerror(err));
+  }
 }
 
 }  // namespace wick

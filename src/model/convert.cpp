@@ -2,8 +2,10 @@
 
 #include <cstring>
 
+#include "backend/cpu/ops.h"
 #include "io/error.h"
 #include "io/gguf.h"
+#include "io/quantize.h"
 #include "model/model.h"
 
 namespace wick {
@@ -26,77 +28,98 @@ std::string gguf_arch(Arch a) {
   return "?";
 }
 
-// One row of f32 values written as type t.
-void encode(DType t, const float* x, uint8_t* dst, int64_t n) {
-  switch (t) {
-    case DType::F32:
-      std::memcpy(dst, x, size_t(n) * 4);
-      return;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_f16(x[i]);
-      return;
-    case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(x[i]);
-      return;
-    case DType::Q8_0:
-      quantize_row_q8_0(x, dst, n);
-      return;
-    default:
-      throw_model("convert: cannot write type {}", dtype_name(t));
+// Quantizes rows of one matrix in parallel; `src(r, row)` fills output row r
+// (dequantized to f32).
+template <typename RowSource>
+std::vector<uint8_t> encode_rows(DType t, int64_t n_rows, int64_t n_in, RowSource src) {
+  const size_t rb = row_bytes(t, n_in);
+  std::vector<uint8_t> out(size_t(n_rows) * rb);
+#pragma omp parallel num_threads(cpu::n_threads())
+  {
+    std::vector<float> row(static_cast<size_t>(n_in));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t r = 0; r < n_rows; ++r) {
+      src(r, row.data());
+      quantize_row(t, row.data(), out.data() + size_t(r) * rb, n_in);
+    }
   }
+  return out;
 }
+
+// Reports progress in elements written, at most once per tensor.
+class Progress {
+ public:
+  Progress(const ConvertProgress& f, int64_t n_total) : f_(f), n_total_(n_total) {}
+  void add(int64_t n, const std::string& name) {
+    n_done_ += n;
+    if (f_) f_(n_total_ > 0 ? double(n_done_) / double(n_total_) : 1.0, name);
+  }
+
+ private:
+  const ConvertProgress& f_;
+  int64_t n_total_, n_done_ = 0;
+};
 
 class Emitter {
  public:
-  Emitter(GgufWriter& w, DType type) : w_(w), type_(type) {}
+  Emitter(GgufWriter& w, const QuantPlan& plan, const ModelConfig& c, bool tied, Progress& p)
+      : w_(w), plan_(plan), c_(c), tied_(tied), progress_(p) {}
 
-  // Converts rows of `src` (dequantized to f32) into the target type.
+  // Converts rows of `parts` (dequantized to f32) into the plan's type.
   // `src_row(r)` gives the stored row to place at output row r.
   template <typename RowMap>
   void matrix(const std::string& name, const std::vector<const Weight*>& parts, RowMap src_row) {
     const Weight& first = *parts[0];
     const int64_t n_in = first.n_in, n_out = first.n_out;
-    DType t = type_;
-    if (n_in % traits(t).block_size) t = DType::F32;
-    const size_t rb = row_bytes(t, n_in);
-    std::vector<uint8_t> out(parts.size() * size_t(n_out) * rb);
-    std::vector<float> row(static_cast<size_t>(n_in));
-    for (size_t p = 0; p < parts.size(); ++p)
-      for (int64_t r = 0; r < n_out; ++r) {
-        const Weight& w = *parts[p];
-        dequantize_row_ref(w.dtype, w.row(src_row(r)), row.data(), n_in);
-        encode(t, row.data(), out.data() + (p * size_t(n_out) + size_t(r)) * rb, n_in);
-      }
     std::vector<int64_t> shape{n_out, n_in};
     if (parts.size() > 1) shape.insert(shape.begin(), int64_t(parts.size()));
+    const DType t = plan_.type_of(name, shape, c_.n_layer, c_.n_expert, tied_);
+    auto out = encode_rows(t, int64_t(parts.size()) * n_out, n_in, [&](int64_t r, float* row) {
+      const Weight& w = *parts[size_t(r / n_out)];
+      dequantize_row_ref(w.dtype, w.row(src_row(r % n_out)), row, n_in);
+    });
     w_.add_tensor(name, t, shape, out.data(), out.size());
+    progress_.add(int64_t(parts.size()) * n_out * n_in, name);
   }
   void matrix(const std::string& name, const Weight& w) {
     matrix(name, {&w}, [](int64_t r) { return r; });
   }
-  // Kept in f32 whatever the target (as llama.cpp does for MoE routers):
-  // rounding flips expert choices, which costs far more than it saves.
-  void matrix_f32(const std::string& name, const Weight& w) {
-    DType keep = type_;
-    type_ = DType::F32;
-    matrix(name, w);
-    type_ = keep;
-  }
   void vector(const std::string& name, const Weight& w) {
     w_.add_tensor(name, DType::F32, {w.n_in}, w.data, size_t(w.n_in) * 4);
+    progress_.add(w.n_in, name);
   }
 
  private:
   GgufWriter& w_;
-  DType type_;
+  const QuantPlan& plan_;
+  const ModelConfig& c_;
+  bool tied_;
+  Progress& progress_;
 };
+
+QuantPlan plain_plan(DType type) {
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0)
+    throw_model("convert: output type {} is not supported (f32, f16, bf16, q8_0)",
+                dtype_name(type));
+  QuantPlan p;
+  p.name = dtype_name(type);
+  p.base = type;
+  p.llama_rules = false;
+  return p;
+}
 
 }  // namespace
 
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, DType type) {
-  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0)
-    throw_model("convert: output type {} is not supported (f32, f16, bf16, q8_0)",
-                dtype_name(type));
+  convert_hf_to_gguf(hf_dir, out_path, plain_plan(type));
+}
+
+void convert_gguf(const std::string& src, const std::string& out_path, DType type) {
+  convert_gguf(src, out_path, plain_plan(type));
+}
+
+void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
+                        const QuantPlan& plan, const ConvertProgress& progress) {
   auto m = load_model(hf_dir);
   if (m->format != ModelFormat::HfFolder) throw_model("convert: {} is not a HF folder", hf_dir);
   const ModelConfig& c = m->config;
@@ -130,16 +153,15 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
     w.set(a + ".rope.scaling.type", GgufValue::str("linear"));
     w.set(a + ".rope.scaling.factor", GgufValue::f32(c.rope_freq_factors.at(0)));
   }
-  w.set("general.file_type", GgufValue::u32(type == DType::F32    ? 0
-                                            : type == DType::F16  ? 1
-                                            : type == DType::Q8_0 ? 7
-                                                                  : 32));
+  w.set("general.file_type", GgufValue::u32(plan.file_type()));
 
-  Emitter e(w, type);
   const auto& W = m->weights;
+  const bool tied = W.output.data == W.tok_embd.data;
+  Progress done(progress, m->n_params);
+  Emitter e(w, plan, c, tied, done);
   e.matrix("token_embd.weight", W.tok_embd);
   e.vector("output_norm.weight", W.output_norm);
-  if (W.output.data != W.tok_embd.data) e.matrix("output.weight", W.output);
+  if (!tied) e.matrix("output.weight", W.output);
   if (c.rope_type == "llama3")
     w.add_tensor("rope_freqs.weight", DType::F32, {c.head_dim / 2}, c.rope_freq_factors.data(),
                  c.rope_freq_factors.size() * 4);
@@ -179,7 +201,7 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
       e.matrix(p + "ffn_down.weight", l.w_down);
       continue;
     }
-    e.matrix_f32(p + "ffn_gate_inp.weight", l.router);
+    e.matrix(p + "ffn_gate_inp.weight", l.router);  // f32 by the plan
     std::vector<const Weight*> g, u, d;
     for (auto& x : l.experts) {
       g.push_back(&x.gate);
@@ -194,43 +216,40 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
   w.write(out_path);
 }
 
-void convert_gguf(const std::string& src, const std::string& out_path, DType type) {
-  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0)
-    throw_model("convert: output type {} is not supported (f32, f16, bf16, q8_0)",
-                dtype_name(type));
+void convert_gguf(const std::string& src, const std::string& out_path, const QuantPlan& plan,
+                  const ConvertProgress& progress) {
   GgufFile f(src);
+  const std::string arch = f.get_str("general.architecture").value_or("");
+  const int64_t n_layer = f.get_int(arch + ".block_count").value_or(0);
+  const int64_t n_expert = f.get_int(arch + ".expert_count").value_or(0);
+  const bool tied = !f.tensors().find("output.weight");
   GgufWriter w;
   for (const auto& [key, v] : f.metadata()) {
     if (key == "general.alignment") continue;  // the writer's own
-    w.set(key, key == "general.file_type" ? GgufValue::u32(type == DType::F32    ? 0
-                                                           : type == DType::F16  ? 1
-                                                           : type == DType::Q8_0 ? 7
-                                                                                 : 32)
-                                          : v);
+    w.set(key, key == "general.file_type" ? GgufValue::u32(plan.file_type()) : v);
   }
-  std::vector<float> row;
+  if (!f.get("general.file_type")) w.set("general.file_type", GgufValue::u32(plan.file_type()));
+  int64_t n_total = 0;
+  for (const std::string& name : f.tensor_order()) n_total += f.tensors().find(name)->numel();
+  Progress done(progress, n_total);
   for (const std::string& name : f.tensor_order()) {
     const TensorView& t = *f.tensors().find(name);
+    if (!dtype_traits(uint32_t(t.dtype)) || !dtype_traits(uint32_t(t.dtype))->supported)
+      throw_model("{}: tensor {} has type {}, which wick cannot read", src, name,
+                  dtype_name(uint32_t(t.dtype)));
     const int64_t n_in = t.shape.back(), n_rows = t.numel() / n_in;
-    // Vectors and MoE routers stay f32 (as convert_hf_to_gguf writes them);
-    // rows that do not fit the type's block size too.
-    DType to = type;
-    if (t.shape.size() < 2 || name.find("ffn_gate_inp") != std::string::npos ||
-        n_in % traits(to).block_size)
-      to = DType::F32;
+    const DType to = plan.type_of(name, t.shape, n_layer, n_expert, tied);
     if (to == t.dtype) {
       w.add_tensor(name, to, t.shape, t.data, t.n_bytes);
-      continue;
+    } else {
+      const size_t in_rb = row_bytes(t.dtype, n_in);
+      auto out = encode_rows(to, n_rows, n_in, [&](int64_t r, float* row) {
+        dequantize_row_ref(t.dtype, static_cast<const uint8_t*>(t.data) + size_t(r) * in_rb, row,
+                           n_in);
+      });
+      w.add_tensor(name, to, t.shape, out.data(), out.size());
     }
-    const size_t in_rb = row_bytes(t.dtype, n_in), out_rb = row_bytes(to, n_in);
-    std::vector<uint8_t> out(size_t(n_rows) * out_rb);
-    row.resize(size_t(n_in));
-    for (int64_t r = 0; r < n_rows; ++r) {
-      dequantize_row_ref(t.dtype, static_cast<const uint8_t*>(t.data) + size_t(r) * in_rb,
-                         row.data(), n_in);
-      encode(to, row.data(), out.data() + size_t(r) * out_rb, n_in);
-    }
-    w.add_tensor(name, to, t.shape, out.data(), out.size());
+    done.add(t.numel(), name);
   }
   w.write(out_path);
 }

@@ -1,9 +1,11 @@
 // HF folder -> GGUF in llama.cpp's tensor naming and metadata keys; GGUF -> GGUF of another type.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "io/dtype.h"
+#include "model/quant_plan.h"
 
 namespace wick {
 
@@ -15,5 +17,15 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
 // e.g. a Q4_1 model as f16 or f32); metadata, tokenizer and tensor layout
 // are kept, vectors and MoE routers stay f32.
 void convert_gguf(const std::string& src, const std::string& out_path, DType type);
+
+// Gets the fraction of elements written (0..1) and the tensor just done.
+using ConvertProgress = std::function<void(double fraction, const std::string& tensor)>;
+// The same with each tensor's type chosen by `plan` (wick quantize): any
+// type quantize_row writes, mixes included. Rows are quantized in parallel;
+// the file is written to a temporary name and renamed when complete.
+void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
+                        const QuantPlan& plan, const ConvertProgress& progress = {});
+void convert_gguf(const std::string& src, const std::string& out_path, const QuantPlan& plan,
+                  const ConvertProgress& progress = {});
 
 }  // namespace wick

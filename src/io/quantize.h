@@ -1,0 +1,30 @@
+// Quantization of f32 rows into the GGML block types wick writes (the
+// inverse of dequantize_row_ref). Legacy types (q4_0 ... q8_0) round with
+// their block's absolute maximum or min/max, as the format defines them;
+// K-quants search each sub-block's scale and minimum for the least squared
+// error before packing the 6- or 8-bit sub-block scales.
+#pragma once
+
+#include <cstdint>
+
+#include "io/dtype.h"
+
+namespace wick {
+
+// Whether quantize_row can write type t (f32, f16, bf16, q4_0, q4_1, q5_0,
+// q5_1, q8_0, q4_k, q5_k, q6_k).
+bool can_quantize(DType t);
+
+// Writes n floats (a whole number of blocks of t) as type t into dst.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// The per-type writers (quantize_legacy.cpp, quantize_k.cpp).
+void quantize_row_q4_0(const float* src, void* dst, int64_t n);
+void quantize_row_q4_1(const float* src, void* dst, int64_t n);
+void quantize_row_q5_0(const float* src, void* dst, int64_t n);
+void quantize_row_q5_1(const float* src, void* dst, int64_t n);
+void quantize_row_q4_k(const float* src, void* dst, int64_t n);
+void quantize_row_q5_k(const float* src, void* dst, int64_t n);
+void quantize_row_q6_k(const float* src, void* dst, int64_t n);
+
+}  // namespace wick

@@ -1,0 +1,121 @@
+#include "model/quant_plan.h"
+
+#include <cstdio>
+
+#include "io/quantize.h"
+
+namespace wick {
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// llama.cpp's "use more bits" layers: first and last eighth, every third between.
+bool more_bits_layer(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+bool fits(DType t, int64_t n_in) {
+  return n_in % traits(t).block_size == 0;
+}
+
+DType fallback(DType t) {
+  switch (t) {
+    case DType::Q4_K:
+      return DType::Q5_0;
+    case DType::Q5_K:
+      return DType::Q5_1;
+    case DType::Q6_K:
+      return DType::Q8_0;
+    default:
+      return DType::F16;
+  }
+}
+
+bool is_quantized(DType t) {
+  return t != DType::F32 && t != DType::F16 && t != DType::BF16;
+}
+
+}  // namespace
+
+DType QuantPlan::type_of(const std::string& name, const std::vector<int64_t>& shape,
+                         int64_t n_layer, int64_t n_expert, bool tied) const {
+  if (shape.size() < 2 || name.find("ffn_gate_inp") != std::string::npos) return DType::F32;
+  const int64_t n_in = shape.back();
+  if (!llama_rules) return fits(base, n_in) ? base : DType::F32;
+  DType t = base;
+  if (is_quantized(base)) {
+    const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
+    int layer = -1;
+    std::sscanf(name.c_str(), "blk.%d.", &layer);
+    if (output) {
+      if (!fits(base, n_in))
+        t = DType::Q8_0;
+      else if (base != DType::Q8_0)
+        t = DType::Q6_K;
+    } else if (ends_with(name, "attn_v.weight") || ends_with(name, "attn_k.weight")) {
+      if (n_expert == 8)
+        t = DType::Q8_0;
+      else if (more_bits_mix && ends_with(name, "attn_v.weight") && layer >= 0 &&
+               more_bits_layer(layer, n_layer))
+        t = DType::Q6_K;
+    } else if (more_bits_mix && name.find("ffn_down") != std::string::npos && layer >= 0 &&
+               more_bits_layer(layer, n_layer)) {
+      t = DType::Q6_K;
+    }
+  }
+  while (!fits(t, n_in)) t = fallback(t);
+  return t;
+}
+
+uint32_t QuantPlan::file_type() const {
+  if (more_bits_mix) return base == DType::Q4_K ? 15 : 17;
+  switch (base) {
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q4_1:
+      return 3;
+    case DType::Q8_0:
+      return 7;
+    case DType::Q5_0:
+      return 8;
+    case DType::Q5_1:
+      return 9;
+    case DType::Q4_K:
+      return 14;  // Q4_K_S: all q4_k but the output
+    case DType::Q5_K:
+      return 16;  // Q5_K_S
+    case DType::Q6_K:
+      return 18;
+    case DType::BF16:
+      return 32;
+    default:
+      return 1;
+  }
+}
+
+std::optional<QuantPlan> quant_plan_from_name(std::string_view name) {
+  QuantPlan p;
+  p.name = std::string(name);
+  if (name == "q4_k_m" || name == "q5_k_m") {
+    p.base = name == "q4_k_m" ? DType::Q4_K : DType::Q5_K;
+    p.more_bits_mix = true;
+    return p;
+  }
+  auto t = dtype_from_name(name);
+  if (!t || !can_quantize(*t)) return std::nullopt;
+  p.base = *t;
+  return p;
+}
+
+const char* quant_plan_names() {
+  return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+}
+
+}  // namespace wick
