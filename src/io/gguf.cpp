@@ -229,9 +229,18 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     if (inner % tr->block_size)
       throw_io("{}: tensor '{}': row of {} elements is not a whole number of {} blocks", path,
                info.name, inner, tr->name);
+    // Each dimension is bounded, their product is not: check it before use
+    // (a wrapped product would describe a huge tensor over a few bytes).
     uint64_t numel = 1;
-    for (auto d : info.shape) numel *= uint64_t(d);
-    uint64_t n_bytes = numel / uint64_t(tr->block_size) * tr->block_bytes;
+    for (auto d : info.shape)
+      if (__builtin_mul_overflow(numel, uint64_t(d), &numel))
+        throw_io("{}: tensor '{}': shape {} has more elements than 2^64", path, info.name,
+                 shape_str(info.shape));
+    uint64_t n_bytes = 0;
+    if (__builtin_mul_overflow(numel / uint64_t(tr->block_size), uint64_t(tr->block_bytes),
+                               &n_bytes))
+      throw_io("{}: tensor '{}': shape {} takes more than 2^64 bytes", path, info.name,
+               shape_str(info.shape));
     if (info.offset % alignment)
       throw_io("{}: tensor '{}': offset {} is not aligned to {}", path, info.name, info.offset,
                alignment);
