@@ -18,6 +18,10 @@ using json = nlohmann::json;
 
 namespace {
 
+// The most token ids a tokenizer.json may use: far above any model's (about
+// 256k), and low enough that an id cannot make the vocabulary exhaust memory.
+constexpr int64_t kMaxVocab = 1 << 24;
+
 // GPT-2's pre-tokenizer regex (ByteLevel with use_regex).
 const char* kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -187,10 +191,17 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& text, const s
     if (!m.value("end_of_word_suffix", json()).is_null() && m["end_of_word_suffix"] != "")
       throw TextError(src + ": end_of_word_suffix is not supported");
     const json& vocab = m.at("vocab");
+    // Ids index the vocabulary: each one checked before it sizes or indexes it.
+    auto checked_id = [&](const json& id) {
+      const int64_t x = id.get<int64_t>();
+      if (x < 0 || x >= kMaxVocab)
+        throw TextError(fmt::format("{}: token id {} is outside [0, {})", src, x, kMaxVocab));
+      return int32_t(x);
+    };
     int32_t max_id = -1;
-    for (auto& [tok, id] : vocab.items()) max_id = std::max(max_id, id.get<int32_t>());
+    for (auto& [tok, id] : vocab.items()) max_id = std::max(max_id, checked_id(id));
     for (auto& a : j.value("added_tokens", json::array()))
-      max_id = std::max(max_id, a.at("id").get<int32_t>());
+      max_id = std::max(max_id, checked_id(a.at("id")));
     tk->vocab_.assign(size_t(max_id + 1), "");
     for (auto& [tok, id] : vocab.items()) {
       tk->vocab_[size_t(id.get<int32_t>())] = tok;
