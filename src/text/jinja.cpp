@@ -837,6 +837,10 @@ Template::~Template() = default;
 std::string Template::render(const nlohmann::ordered_json& vars,
                              const std::vector<std::pair<std::string, Value>>& globals) const {
   Eval ev(name_, opt_);
+  struct Release {
+    Eval& ev;
+    ~Release() { ev.release(); }
+  } release{ev};
   Eval::Scope g, top;
   install_globals(g, ev);
   for (auto& [k, v] : globals) g[k] = v;
