@@ -163,10 +163,14 @@ class Lexer {
         std::string num = src_.substr(p, q - p);
         num.erase(std::remove(num.begin(), num.end(), '_'), num.end());
         Tok t{is_float ? Tok::Float : Tok::Int, num, l};
-        if (is_float)
-          t.f = std::stod(num);
-        else
-          t.i = std::stoll(num);
+        try {
+          if (is_float)
+            t.f = std::stod(num);
+          else
+            t.i = std::stoll(num);
+        } catch (const std::out_of_range&) {  // Python's ints are unbounded, wick's 64-bit
+          fail(l, "number " + num + " is out of range");
+        }
         toks_.push_back(t);
         p = q;
       } else if (c == '\'' || c == '"') {
