@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "io/atomic_file.h"
 #include "io/error.h"
 
 namespace wick {
@@ -389,10 +390,7 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
     o.buf.insert(o.buf.end(), t.bytes.begin(), t.bytes.end());
     o.pad_to(alignment);
   }
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw_io("{}: cannot create: {}", path, std::strerror(errno));
-  size_t n = std::fwrite(o.buf.data(), 1, o.buf.size(), f);
-  if (std::fclose(f) != 0 || n != o.buf.size()) throw_io("{}: write failed", path);
+  write_file_atomic(path, o.buf);  // a full disk leaves no partial file behind
 }
 
 }  // namespace wick
