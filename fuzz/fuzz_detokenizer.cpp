@@ -35,6 +35,12 @@ void run(const Tokenizer& tk, const std::vector<int32_t>& ids, bool skip_special
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)fuzz::shared_tokenizer("llama2");
+  (void)fuzz::shared_tokenizer("qwen3");
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Tokenizer& llama2 = fuzz::shared_tokenizer("llama2");
   static const Tokenizer& qwen3 = fuzz::shared_tokenizer("qwen3");

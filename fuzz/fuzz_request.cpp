@@ -31,6 +31,11 @@ void check(const GenerateRequest& g, const ModelView& m) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)fuzz::shared_tokenizer("qwen3");
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Tokenizer& qwen3 = fuzz::shared_tokenizer("qwen3");
   const ModelView m{qwen3, "qwen3", 512};

@@ -26,6 +26,12 @@ void run_text(const Tokenizer& tk, std::string_view text) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)fuzz::shared_tokenizer("llama2");
+  (void)fuzz::shared_tokenizer("qwen3");
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto [head, text] = fuzz::split_at_nul(data, size);
   if (head.size() == size) {
