@@ -251,6 +251,11 @@ TEST_F(HostileFiles, TemplatesAreBoundedAndFreeTheirCycles) {
   EXPECT_THROW(jinja::Template("{{ (-9223372036854775807 - 1) | abs }}", "t").render({}),
                jinja::TemplateError);
   EXPECT_EQ(jinja::Template("{{ (1e300 | int) }}", "t").render({}), "0");
+  for (const char* overflow :
+       {"{{ 9223372036854775807 * 2 }}", "{{ 9223372036854775807 + 1 }}",
+        "{{ -9223372036854775807 - 2 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+        "{{ -(-9223372036854775807 - 1) }}"})
+    EXPECT_THROW(jinja::Template(overflow, "t").render({}), jinja::TemplateError) << overflow;
   EXPECT_EQ(jinja::Template("{% set ns = namespace(a=1) %}{% set ns.a = ns %}ok", "t").render({}),
             "ok");
 }
