@@ -76,6 +76,13 @@ void read_safetensors(const std::string& path, TensorSet& out) {
       if (!dt)
         throw_io("{}: tensor '{}': dtype {} is not supported (expected F32, F16 or BF16)", path,
                  name, dt_name);
+      // Integers only: a number past 64 bits is parsed as a double, and
+      // converting it would be undefined behaviour.
+      for (const char* key : {"shape", "data_offsets"})
+        for (auto& x : info.at(key))
+          if (!x.is_number_integer())
+            throw_io("{}: tensor '{}': {} holds {}, not a 64-bit integer", path, name, key,
+                     x.dump());
       auto shape = info.at("shape").get<std::vector<int64_t>>();
       auto offs = info.at("data_offsets").get<std::vector<uint64_t>>();
       if (offs.size() != 2 || offs[0] > offs[1])
