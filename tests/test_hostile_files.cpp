@@ -16,8 +16,10 @@
 #include "io/error.h"
 #include "io/gguf.h"
 #include "model/convert.h"
+#include "text/detokenizer.h"
 #include "text/jinja.h"
 #include "text/tokenizer.h"
+#include "text/utf8.h"
 
 namespace wick::test {
 namespace {
@@ -111,6 +113,36 @@ TEST_F(HostileFiles, SafetensorsShapeWhoseProductOverflows) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("more elements than 2^64"), std::string::npos) << e.what();
   }
+}
+
+// A dimension past 64 bits is a double to the JSON parser: converting it was
+// undefined behaviour (found by fuzz_safetensors).
+TEST_F(HostileFiles, SafetensorsDimensionPastInt64) {
+  const std::string h =
+      R"({"a":{"dtype":"F32","shape":[4,42966666666666666666660],"data_offsets":[0,0]}})";
+  Bytes st;
+  st.put<uint64_t>(h.size()).raw(h);
+  TensorSet set;
+  try {
+    read_safetensors(file("big.safetensors", st.b), set);
+    ADD_FAILURE() << "accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a 64-bit integer"), std::string::npos) << e.what();
+  }
+}
+
+// Byte tokens whose run turns invalid after a character was streamed: each
+// streamed piece is still valid UTF-8 (found by fuzz_detokenizer).
+TEST_F(HostileFiles, StreamedPiecesStayValidUtf8) {
+  const std::string dir = shared_dir() + "/tokenizers/llama2";
+  if (!fs::exists(dir)) WICK_SKIP_OR_FAIL("no Llama 2 tokenizer at " << dir);
+  auto tk = Tokenizer::load(dir);
+  StreamDecoder sd(*tk, false);
+  for (int32_t id : {27881, 16896, 27648, 16896, 768, 9, 191, 233, 191, 2307}) {
+    const std::string piece = sd.push(id);
+    EXPECT_EQ(utf8::find_invalid(piece), std::string::npos) << "after id " << id;
+  }
+  EXPECT_EQ(utf8::find_invalid(sd.finish()), std::string::npos);
 }
 
 TEST_F(HostileFiles, GgufMoreThanFourDimensions) {
