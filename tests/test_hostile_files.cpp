@@ -288,6 +288,9 @@ TEST_F(HostileFiles, TemplatesAreBoundedAndFreeTheirCycles) {
         "{{ -9223372036854775807 - 2 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
         "{{ -(-9223372036854775807 - 1) }}"})
     EXPECT_THROW(jinja::Template(overflow, "t").render({}), jinja::TemplateError) << overflow;
+  // a filter's own argument error (found by fuzz_jinja: it escaped as std::runtime_error)
+  EXPECT_THROW(jinja::Template("{{ 'a' | replace('A', dens=2) }}", "t").render({}),
+               jinja::TemplateError);
   EXPECT_EQ(jinja::Template("{% set ns = namespace(a=1) %}{% set ns.a = ns %}ok", "t").render({}),
             "ok");
 }

@@ -859,6 +859,10 @@ std::string Template::render(const nlohmann::ordered_json& vars,
     throw TemplateError(name_ + ": 'break' outside a loop");
   } catch (const LoopContinue&) {
     throw TemplateError(name_ + ": 'continue' outside a loop");
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // a filter's or test's own error: still the template's
+    throw TemplateError(name_ + ": " + e.what());
   }
   return out;
 }
