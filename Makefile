@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 WICK := $(BUILD)/bin/wick
 
-.PHONY: all setup configure build test run bench bench-cpu format clean
+.PHONY: all setup configure build test run bench bench-cpu format clean test-asan test-tsan fuzz
 
 all: build
 
@@ -35,6 +35,48 @@ bench: build model
 # wick against llama.cpp on this CPU, side by side (builds and caches the peer once)
 bench-cpu: build model
 	./scripts/bench_vs_llamacpp $${THREADS:-2}
+
+# Sanitizer trees (docs/security.md): CPU only, no benchmarks, -O1.
+SAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+	-DWICK_CUDA=OFF -DWICK_BUILD_BENCH=OFF
+SAN_DIR = $(CURDIR)/tests/sanitizers
+# ASan + UBSan: every report fatal (-fno-sanitize-recover), leaks included.
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$(SAN_DIR)/lsan.supp
+# TSan: one OpenMP thread (libgomp is not instrumented; its barriers would be
+# reported as races), the engine's own threads as they are.
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SAN_DIR)/tsan.supp \
+	WICK_THREADS=1 OMP_NUM_THREADS=1
+TSAN_TESTS = '^(Engine|EngineLoopCancel|EngineLoopFaults|ModelPool|ModelStore|ServerAccess|ServerBody|ServerParse|ServerWrite|HostileFiles)\.|^setup\.'
+
+build-asan/build.ninja:
+	cmake -S . -B build-asan -G Ninja $(SAN_FLAGS) -DWICK_SANITIZE=address
+
+build-tsan/build.ninja:
+	cmake -S . -B build-tsan -G Ninja $(SAN_FLAGS) -DWICK_SANITIZE=thread
+
+# The whole suite (C++, CLI, server pytest, short load and soak runs) under ASan + UBSan.
+test-asan: setup model build-asan/build.ninja
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && $(ASAN_ENV) ctest -j $(JOBS) --output-on-failure $(ASAN_CTEST_ARGS)
+
+# The engine, pool and server tests under TSan, then the server's hardening
+# and client suites against a TSan `wick serve`.
+test-tsan: setup model build-tsan/build.ninja
+	cmake --build build-tsan -j $(JOBS) --target wick_tests wick_cli
+	cd build-tsan && $(TSAN_ENV) ctest -j $(JOBS) --output-on-failure -R $(TSAN_TESTS)
+	$(TSAN_ENV) WICK_BIN=build-tsan/bin/wick WICK_TEST_MODEL=$$(./scripts/fetch_model) \
+		.venv/bin/python -m pytest -q -p no:cacheprovider tests/server/test_hardening.py tests/server/test_clients.py
+
+# libFuzzer targets (clang): each for FUZZ_SECONDS after replaying fuzz/regressions.
+FUZZ_SECONDS ?= 60
+build-fuzz/build.ninja:
+	CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DWICK_FUZZ=ON -DWICK_CUDA=OFF \
+		-DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+fuzz: build-fuzz/build.ninja
+	cmake --build build-fuzz -j $(JOBS)
+	fuzz/run_fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inc')

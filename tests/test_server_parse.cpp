@@ -375,6 +375,12 @@ TEST(ServerBody, NotJsonOrNotAnObject) {
   EXPECT_CONTAINS(syntax.message, "the request body is not valid JSON");
   EXPECT_CONTAINS(error_of([] { parse_body("[1, 2]"); }).message, "must be a JSON object");
   EXPECT_EQ(parse_body(R"({"a": 1})")["a"], 1);
+  // a number past a double is nlohmann's out_of_range, not a parse_error: still a 400
+  // (found by fuzz_request; it was a 500)
+  const ApiError huge = error_of([] { parse_body(R"({"max_tokens": 1e308686018427387904})"); });
+  EXPECT_EQ(huge.status, 400);
+  EXPECT_EQ(huge.code, "invalid_json");
+  EXPECT_CONTAINS(huge.message, "number overflow");
 }
 
 // Invalid UTF-8 inside a string is a 400 naming its byte offset (it was a 500

@@ -412,7 +412,7 @@ void register_convert(CLI::App& app) {
                   "HF folder (config.json + safetensors), or a .gguf file (its matrices "
                   "dequantized and written as --type; metadata and tokenizer kept)")
       ->required();
-  cmd->add_option("OUT", dst, "output .gguf path")->required();
+  cmd->add_option("OUT", dst, "output .gguf path (written whole or not at all)")->required();
   cmd->add_option("--type", type, "f32, f16, bf16 or q8_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->callback([] {

@@ -114,6 +114,12 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   if (has_tok)
     lm->tokenizer =
         lm->model->gguf ? Tokenizer::from_gguf(*lm->model->gguf) : Tokenizer::load(lm->path);
+  // Token ids index the embedding: a tokenizer that makes ids past its rows
+  // would read outside it (a hostile file's vocabulary sizes disagree).
+  if (lm->tokenizer && lm->tokenizer->n_vocab() > lm->model->config.n_vocab)
+    throw_model(
+        "{}: the tokenizer has {} tokens but the model's vocabulary (embedding rows) has {}",
+        lm->path, lm->tokenizer->n_vocab(), lm->model->config.n_vocab);
   lm->eog_ids = find_eog(*lm);
   if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
@@ -197,6 +203,22 @@ std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
+    // A model whose file was truncated under it is dropped and loaded again
+    // (a clear load error if the file is now broken) rather than read past
+    // the file's end, which is SIGBUS for the whole server.
+    if (it != entries_.end() &&
+        it->second.ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      std::shared_ptr<LoadedModel> m;
+      try {
+        m = it->second.ready.get();
+      } catch (...) {
+      }
+      if (m && m->model->file_shrunk()) {
+        spdlog::warn("{}: the file shrank since it was loaded; loading it again", key);
+        entries_.erase(it);
+        it = entries_.end();
+      }
+    }
     if (it == entries_.end()) {
       ready = promise.get_future().share();
       Entry& e = entries_[key];

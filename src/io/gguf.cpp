@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "io/atomic_file.h"
 #include "io/error.h"
 
 namespace wick {
@@ -232,9 +233,18 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     if (inner % tr->block_size)
       throw_io("{}: tensor '{}': row of {} elements is not a whole number of {} blocks", path,
                info.name, inner, tr->name);
+    // Each dimension is bounded, their product is not: check it before use
+    // (a wrapped product would describe a huge tensor over a few bytes).
     uint64_t numel = 1;
-    for (auto d : info.shape) numel *= uint64_t(d);
-    uint64_t n_bytes = numel / uint64_t(tr->block_size) * tr->block_bytes;
+    for (auto d : info.shape)
+      if (__builtin_mul_overflow(numel, uint64_t(d), &numel))
+        throw_io("{}: tensor '{}': shape {} has more elements than 2^64", path, info.name,
+                 shape_str(info.shape));
+    uint64_t n_bytes = 0;
+    if (__builtin_mul_overflow(numel / uint64_t(tr->block_size), uint64_t(tr->block_bytes),
+                               &n_bytes))
+      throw_io("{}: tensor '{}': shape {} takes more than 2^64 bytes", path, info.name,
+               shape_str(info.shape));
     if (info.offset % alignment)
       throw_io("{}: tensor '{}': offset {} is not aligned to {}", path, info.name, info.offset,
                alignment);
@@ -379,39 +389,16 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
     offset += (t.bytes.size() + alignment - 1) / alignment * alignment;
   }
   o.pad_to(alignment);
-  // A temporary file renamed when complete: an interrupted or failed write
+  // Whole or not at all (AtomicFile): a full disk or an interrupted run
   // never leaves a partial file under `path`.
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw_io("{}: cannot create: {}", tmp, std::strerror(errno));
-  auto fail = [&](int err) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    if (err == ENOSPC || err == EFBIG || err == EDQUOT)
-      throw_io("{}: not written: {} (the file needs {:.1f} MiB); no file was left behind", path,
-               std::strerror(err), double(o.buf.size() + offset) / (1 << 20));
-    throw_io("{}: write failed: {}", path, std::strerror(err));
-  };
-  auto put = [&](const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f) != n) fail(errno);
-  };
-  put(o.buf.data(), o.buf.size());
+  AtomicFile f(path);
+  f.write(o.buf.data(), o.buf.size());
   const std::vector<uint8_t> zeros(alignment, 0);
   for (auto& t : tensors_) {
-    put(t.bytes.data(), t.bytes.size());
-    put(zeros.data(), (alignment - t.bytes.size() % alignment) % alignment);
+    f.write(t.bytes.data(), t.bytes.size());
+    f.write(zeros.data(), (alignment - t.bytes.size() % alignment) % alignment);
   }
-  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail(errno);
-  if (std::fclose(f) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw_io("{}: write failed: {}", path, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw_io("{}: cannot rename {} into place: {}", path, tmp, std::strerror(err));
-  }
+  f.commit();
 }
 
 }  // namespace wick

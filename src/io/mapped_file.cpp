@@ -35,11 +35,17 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     }
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
+  fd_ = fd;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool MappedFile::shrunk() const {
+  struct stat st {};
+  return ::fstat(fd_, &st) == 0 && size_t(st.st_size) < size_;
 }
 
 }  // namespace wick

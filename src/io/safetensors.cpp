@@ -76,6 +76,13 @@ void read_safetensors(const std::string& path, TensorSet& out) {
       if (!dt)
         throw_io("{}: tensor '{}': dtype {} is not supported (expected F32, F16 or BF16)", path,
                  name, dt_name);
+      // Integers only: a number past 64 bits is parsed as a double, and
+      // converting it would be undefined behaviour.
+      for (const char* key : {"shape", "data_offsets"})
+        for (auto& x : info.at(key))
+          if (!x.is_number_integer())
+            throw_io("{}: tensor '{}': {} holds {}, not a 64-bit integer", path, name, key,
+                     x.dump());
       auto shape = info.at("shape").get<std::vector<int64_t>>();
       auto offs = info.at("data_offsets").get<std::vector<uint64_t>>();
       if (offs.size() != 2 || offs[0] > offs[1])
@@ -83,12 +90,17 @@ void read_safetensors(const std::string& path, TensorSet& out) {
       if (offs[1] > n_data)
         throw_io("{}: tensor '{}': data [{}, {}) lies outside the file's {} data bytes", path, name,
                  offs[0], offs[1], n_data);
-      uint64_t numel = 1;
+      // A wrapped product would describe a huge tensor over a few bytes.
+      uint64_t numel = 1, want = 0;
       for (auto d : shape) {
         if (d < 0) throw_io("{}: tensor '{}': negative dimension", path, name);
-        numel *= uint64_t(d);
+        if (__builtin_mul_overflow(numel, uint64_t(d), &numel))
+          throw_io("{}: tensor '{}': shape {} has more elements than 2^64", path, name,
+                   shape_str(shape));
       }
-      uint64_t want = numel * traits(*dt).block_bytes;
+      if (__builtin_mul_overflow(numel, uint64_t(traits(*dt).block_bytes), &want))
+        throw_io("{}: tensor '{}': shape {} takes more than 2^64 bytes", path, name,
+                 shape_str(shape));
       if (offs[1] - offs[0] != want)
         throw_io("{}: tensor '{}': {} bytes stored, but {} {} needs {}", path, name,
                  offs[1] - offs[0], dt_name, shape_str(shape), want);

@@ -18,6 +18,12 @@ class TensorSet {
   const std::map<std::string, TensorView>& all() const { return tensors_; }
   void add(TensorView t);  // throws IoError on a duplicate name
   void keep(std::shared_ptr<MappedFile> f) { files_.push_back(std::move(f)); }
+  // Whether a file the views point into has shrunk since it was mapped.
+  bool files_shrunk() const {
+    for (auto& f : files_)
+      if (f->shrunk()) return true;
+    return false;
+  }
 
  private:
   std::map<std::string, TensorView> tensors_;

@@ -28,6 +28,12 @@ struct Model {
   std::unique_ptr<GgufFile> gguf;
   TensorSet tensors;
   std::vector<std::vector<uint8_t>> owned;  // converted or re-ordered tensors
+
+  // Whether a mapped file of this model was truncated since it was loaded
+  // (its weights may no longer be readable: see docs/security.md, "Faults").
+  bool file_shrunk() const {
+    return tensors.files_shrunk() || (gguf && gguf->tensors().files_shrunk());
+  }
 };
 
 // Loads a .gguf file or a HF folder (config.json + safetensors). Every

@@ -38,7 +38,7 @@ json parse_body(std::string_view body) {
     json j = json::parse(body);
     if (!j.is_object()) bad("", "the request body must be a JSON object", "invalid_json");
     return j;
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number past a double (out_of_range)
     bad("", std::string("the request body is not valid JSON: ") + e.what(), "invalid_json");
   }
 }

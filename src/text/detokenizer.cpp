@@ -19,7 +19,12 @@ std::string StreamDecoder::delta(bool final) {
   // Keep a few ids of context so the next window decodes as it would in full.
   prefix_ = read_;
   read_ = ids_.size();
-  return now.substr(before.size());
+  // Where a later byte token turned earlier bytes into U+FFFD, `before` is not
+  // a prefix of `now` and its length may fall inside a character: start at
+  // the next character so that every piece stays valid UTF-8.
+  size_t start = before.size();
+  while (start < now.size() && (uint8_t(now[start]) & 0xc0) == 0x80) ++start;
+  return now.substr(start);
 }
 
 std::string StreamDecoder::push(int32_t id) {

@@ -1,6 +1,9 @@
 // Incremental detokenizer for streaming: push ids one at a time, get back
 // only text that is complete UTF-8. Concatenating every push() and finish()
-// equals decode() of all the ids.
+// equals decode() of all the ids, except where byte tokens form invalid
+// UTF-8: decode() then replaces the whole run of bytes (as HF's ByteFallback
+// does), while the stream may already have sent a valid prefix of it
+// (found by fuzz_detokenizer; both are valid UTF-8).
 #pragma once
 
 #include <string>

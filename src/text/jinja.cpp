@@ -163,10 +163,14 @@ class Lexer {
         std::string num = src_.substr(p, q - p);
         num.erase(std::remove(num.begin(), num.end(), '_'), num.end());
         Tok t{is_float ? Tok::Float : Tok::Int, num, l};
-        if (is_float)
-          t.f = std::stod(num);
-        else
-          t.i = std::stoll(num);
+        try {
+          if (is_float)
+            t.f = std::stod(num);
+          else
+            t.i = std::stoll(num);
+        } catch (const std::out_of_range&) {  // Python's ints are unbounded, wick's 64-bit
+          fail(l, "number " + num + " is out of range");
+        }
         toks_.push_back(t);
         p = q;
       } else if (c == '\'' || c == '"') {
@@ -837,6 +841,10 @@ Template::~Template() = default;
 std::string Template::render(const nlohmann::ordered_json& vars,
                              const std::vector<std::pair<std::string, Value>>& globals) const {
   Eval ev(name_, opt_);
+  struct Release {
+    Eval& ev;
+    ~Release() { ev.release(); }
+  } release{ev};
   Eval::Scope g, top;
   install_globals(g, ev);
   for (auto& [k, v] : globals) g[k] = v;
@@ -851,6 +859,10 @@ std::string Template::render(const nlohmann::ordered_json& vars,
     throw TemplateError(name_ + ": 'break' outside a loop");
   } catch (const LoopContinue&) {
     throw TemplateError(name_ + ": 'continue' outside a loop");
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const std::runtime_error& e) {  // a filter's or test's own error: still the template's
+    throw TemplateError(name_ + ": " + e.what());
   }
   return out;
 }

@@ -3,8 +3,6 @@
 
 #include <pcre2.h>
 
-#include <stdexcept>
-
 namespace wick {
 
 namespace {
@@ -23,8 +21,8 @@ Regex::Regex(const std::string& pattern, RegexLimits limits) : pattern_(pattern)
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                         PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &off, nullptr);
   if (!code_)
-    throw std::runtime_error("regex '" + pattern + "' at offset " + std::to_string(off) + ": " +
-                             error_message(err));
+    throw RegexError("regex '" + pattern + "' at offset " + std::to_string(off) + ": " +
+                     error_message(err));
   pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
 }
 
@@ -48,8 +46,8 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
     int rc = pcre2_match(code_, subject, s.size(), start, PCRE2_NO_UTF_CHECK, md, mc);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0)  // a limit, or a bad subject: never a silent end of the matches
-      throw std::runtime_error("regex '" + pattern_ + "' on " + std::to_string(s.size()) +
-                               " bytes: " + error_message(rc));
+      throw RegexError("regex '" + pattern_ + "' on " + std::to_string(s.size()) +
+                       " bytes: " + error_message(rc));
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];
     if (e == b) {  // empty match: step one character on

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,11 @@ struct pcre2_real_match_data_8;
 
 namespace wick {
 
+// A pattern that does not compile, or a match past a limit; names the pattern.
+struct RegexError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct RegexLimits {
   uint32_t match = 10'000'000;   // backtracking steps of one match
   uint32_t depth = 100'000;      // nested backtracking points
@@ -23,13 +29,13 @@ struct RegexLimits {
 
 class Regex {
  public:
-  // throws std::runtime_error naming the pattern
+  // throws RegexError naming the pattern
   explicit Regex(const std::string& pattern, RegexLimits limits = {});
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
   // Non-overlapping matches in s as (begin, end) byte offsets; s must be
-  // valid UTF-8. Throws std::runtime_error when a limit is hit.
+  // valid UTF-8. Throws RegexError when a limit is hit.
   void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const;
 
  private:

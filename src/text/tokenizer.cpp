@@ -316,7 +316,13 @@ void Tokenizer::bpe_word(const std::string& word, std::vector<int32_t>& out) con
 void Tokenizer::encode_segment(std::string_view text, bool first_segment,
                                std::vector<int32_t>& out) const {
   std::string norm = normalize(std::string(text), normalizers_);
-  for (const std::string& word : pre_tokenize(norm, pre_, first_segment)) {
+  Pieces words;
+  try {
+    words = pre_tokenize(norm, pre_, first_segment);
+  } catch (const RegexError& e) {  // the file's pattern past its limits on this text
+    throw TextError(std::string("the tokenizer cannot split this text: ") + e.what());
+  }
+  for (const std::string& word : words) {
     if (word.empty()) continue;
     if (word.size() <= kCacheMaxWord) {
       std::lock_guard<std::mutex> lock(cache_mu_);

@@ -18,6 +18,10 @@ using json = nlohmann::json;
 
 namespace {
 
+// The most token ids a tokenizer.json may use: far above any model's (about
+// 256k), and low enough that an id cannot make the vocabulary exhaust memory.
+constexpr int64_t kMaxVocab = 1 << 24;
+
 // GPT-2's pre-tokenizer regex (ByteLevel with use_regex).
 const char* kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -187,10 +191,17 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& text, const s
     if (!m.value("end_of_word_suffix", json()).is_null() && m["end_of_word_suffix"] != "")
       throw TextError(src + ": end_of_word_suffix is not supported");
     const json& vocab = m.at("vocab");
+    // Ids index the vocabulary: each one checked before it sizes or indexes it.
+    auto checked_id = [&](const json& id) {
+      const int64_t x = id.get<int64_t>();
+      if (x < 0 || x >= kMaxVocab)
+        throw TextError(fmt::format("{}: token id {} is outside [0, {})", src, x, kMaxVocab));
+      return int32_t(x);
+    };
     int32_t max_id = -1;
-    for (auto& [tok, id] : vocab.items()) max_id = std::max(max_id, id.get<int32_t>());
+    for (auto& [tok, id] : vocab.items()) max_id = std::max(max_id, checked_id(id));
     for (auto& a : j.value("added_tokens", json::array()))
-      max_id = std::max(max_id, a.at("id").get<int32_t>());
+      max_id = std::max(max_id, checked_id(a.at("id")));
     tk->vocab_.assign(size_t(max_id + 1), "");
     for (auto& [tok, id] : vocab.items()) {
       tk->vocab_[size_t(id.get<int32_t>())] = tok;
@@ -274,15 +285,28 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   auto* tokens = f.get("tokenizer.ggml.tokens");
   if (!tokens || tokens->type != GgufType::ARRAY || tokens->elem_type != GgufType::STRING)
     throw TextError(src + ": tokenizer.ggml.tokens is missing or not a string array");
+  // An array's elements all have its element type: checking it once makes
+  // the typed reads below safe.
+  auto array_of = [&](const char* key, bool (*ok)(GgufType)) -> const GgufValue* {
+    const GgufValue* v = f.get(key);
+    if (v && (v->type != GgufType::ARRAY || !ok(v->elem_type)))
+      throw TextError(fmt::format("{}: {} has the wrong type", src, key));
+    return v;
+  };
+  auto is_int = [](GgufType t) { return GgufValue{t}.is_int(); };
+  auto is_number = [](GgufType t) { return GgufValue{t}.is_int() || GgufValue{t}.is_float(); };
+  auto is_string = [](GgufType t) { return t == GgufType::STRING; };
   std::unique_ptr<Tokenizer> tk(new Tokenizer);
   const auto& toks = tokens->as_array();
+  if (toks.size() > size_t(INT32_MAX))
+    throw TextError(fmt::format("{}: {} tokens is more than wick's ids hold", src, toks.size()));
   tk->vocab_.reserve(toks.size());
   for (size_t i = 0; i < toks.size(); ++i) {
     tk->vocab_.push_back(toks[i].as_str());
     tk->ids_.emplace(toks[i].as_str(), int32_t(i));
   }
   std::vector<int64_t> types(toks.size(), 1);
-  if (auto* tt = f.get("tokenizer.ggml.token_type"); tt && tt->type == GgufType::ARRAY)
+  if (auto* tt = array_of("tokenizer.ggml.token_type", is_int))
     for (size_t i = 0; i < std::min(types.size(), tt->as_array().size()); ++i)
       types[i] = tt->as_array()[i].as_int();
   auto id_of = [&](const char* key) -> std::optional<int32_t> {
@@ -308,9 +332,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     if (add_eos && tk->eos_id) tk->post_single_.push_back({*tk->eos_id});
   }
   if (*model == "gpt2") {
-    auto* merges = f.get("tokenizer.ggml.merges");
-    if (!merges || merges->type != GgufType::ARRAY)
-      throw TextError(src + ": tokenizer.ggml.merges is missing");
+    auto* merges = array_of("tokenizer.ggml.merges", is_string);
+    if (!merges) throw TextError(src + ": tokenizer.ggml.merges is missing");
     int32_t rank = 0;
     for (auto& mv : merges->as_array()) {
       const std::string& s = mv.as_str();
@@ -356,8 +379,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     tk->decoders_.push_back({DecoderStep::ByteLevel, "", "", 0, 0, "always"});
     tk->kind_ = "gguf:gpt2/" + pre;
   } else if (*model == "llama") {
-    auto* scores = f.get("tokenizer.ggml.scores");
-    if (!scores || scores->type != GgufType::ARRAY || scores->as_array().size() != toks.size())
+    auto* scores = array_of("tokenizer.ggml.scores", is_number);
+    if (!scores || scores->as_array().size() != toks.size())
       throw TextError(src + ": tokenizer.ggml.scores is missing or has the wrong length");
     for (auto& s : scores->as_array()) tk->scores_.push_back(float(s.as_float()));
     tk->merge_by_score_ = true;
