@@ -74,7 +74,9 @@ build-fuzz/build.ninja:
 	CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DWICK_FUZZ=ON -DWICK_CUDA=OFF \
 		-DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-fuzz: build-fuzz/build.ninja
+fuzz:
+	@./scripts/setup fuzz
+	$(MAKE) build-fuzz/build.ninja
 	cmake --build build-fuzz -j $(JOBS)
 	fuzz/run_fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 

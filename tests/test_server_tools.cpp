@@ -65,18 +65,28 @@ TEST_F(ServerTools, ToolChoiceModes) {
   EXPECT_EQ(none.gen.prompt, openai(std::string("{") + kMsgs + "}").gen.prompt);
 
   const OpenAiRequest req = openai(base + R"(, "tool_choice": "required"})");
-  // required: the grammar of tool_call_gbnf(Hermes, {"get_weather", "add"}, parallel)
+  // required: a Hermes call to get_weather or add, arguments per the function's schema
   auto matches = [](const GenerateRequest& g, const std::string& text) {
     grammar::Matcher mt(g.grammar);
     return mt.advance(text) && mt.can_end();
   };
   const std::string add = R"(<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>)";
-  const std::string weather = R"(<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>)";
+  const std::string weather =
+      R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>)";
   ASSERT_TRUE(req.gen.grammar);
   EXPECT_TRUE(matches(req.gen, add));
   EXPECT_TRUE(matches(req.gen, add + "\n" + weather));
   EXPECT_FALSE(matches(req.gen, "The capital is Paris."));
   EXPECT_FALSE(matches(req.gen, R"(<tool_call>{"name": "nope", "arguments": {}}</tool_call>)"));
+  // get_weather's schema: "city" is required and a string, no other keys
+  for (const char* args : {"{}", R"({"city": 3})", R"({"town": "Paris"})"})
+    EXPECT_FALSE(matches(req.gen, fmt::format(R"(<tool_call>{{"name": "get_weather", )"
+                                              R"("arguments": {}}}</tool_call>)",
+                                              args)))
+        << args;
+  // add has no parameters schema: any object
+  EXPECT_TRUE(
+      matches(req.gen, R"(<tool_call>{"name": "add", "arguments": {"x": [1]}}</tool_call>)"));
   const OpenAiRequest named =
       openai(base + R"(, "tool_choice": {"type": "function", "function": {"name": "add"}},
                  "parallel_tool_calls": false})");

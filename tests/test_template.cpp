@@ -72,6 +72,8 @@ TEST(ChatTemplate, SyntaxErrorsNameTheLine) {
   expect_error("{{ 'unterminated }}", "unterminated string");
   expect_error("{{ raise_exception('boom') }}", "boom");
   expect_error("{{ 1 / 0 }}", "division by zero");
+  expect_error("{{ (1, 1, 2)[ ] }}", "empty subscript");  // found by fuzz_jinja
+  expect_error("{{ [1, 2][0 1] }}", "expected ':' or ']'");
 }
 
 // A render is bounded: loops, range(), strings, lists, macro recursion,

@@ -239,9 +239,11 @@ TEST(ToolCallGrammar, HermesText) {
   EXPECT_EQ(g.substr(0, g.find("object ::=")),
             "root ::= call\n"
             "call ::= \"<tool_call>\" ws call-json ws \"</tool_call>\"\n"
-            "call-json ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws name ws \",\" ws "
+            "call-json ::= fn-0 | fn-1\n"
+            "fn-0 ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"get_weather\\\"\" ws \",\" ws "
             "\"\\\"arguments\\\"\" ws \":\" ws object ws \"}\"\n"
-            "name ::= \"\\\"get_weather\\\"\" | \"\\\"add\\\"\"\n");
+            "fn-1 ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"add\\\"\" ws \",\" ws "
+            "\"\\\"arguments\\\"\" ws \":\" ws object ws \"}\"\n");
   for (const char* rule :
        {"object ::=", "array ::=", "value ::=", "string ::=", "number ::=", "ws ::="})
     EXPECT_NE(g.find(std::string("\n") + rule), std::string::npos) << rule;
@@ -256,8 +258,8 @@ TEST(ToolCallGrammar, EachFormatsMarkup) {
   const std::string m = tool_call_gbnf(ToolFormat::Mistral, {"f"}, false);
   EXPECT_NE(m.find("root ::= \"[TOOL_CALLS]\" ws \"[\" ws call-json ws \"]\""), std::string::npos);
   const std::string a = tool_call_gbnf(ToolFormat::MistralArgs, {"f", "g"}, false);
-  EXPECT_NE(a.find("call ::= \"[TOOL_CALLS]\" name \"[ARGS]\" object"), std::string::npos);
-  EXPECT_NE(a.find("name ::= \"f\" | \"g\"\n"), std::string::npos);  // bare names here
+  EXPECT_NE(a.find("call ::= \"[TOOL_CALLS]\" ( fn-0 | fn-1 )\n"), std::string::npos) << a;
+  EXPECT_NE(a.find("fn-1 ::= \"g\" \"[ARGS]\" object\n"), std::string::npos) << a;  // bare names
   // the template-less default is Hermes markup
   EXPECT_EQ(tool_call_gbnf(ToolFormat::None, {"f"}, false),
             tool_call_gbnf(ToolFormat::Hermes, {"f"}, false));
@@ -268,5 +270,5 @@ TEST(ToolCallGrammar, NamesEscaped) {
   EXPECT_EQ(gbnf_literal("a\"b\\c\nd\x01"), "\"a\\\"b\\\\c\\nd\\x01\"");
   // a name with a quote: JSON-escaped inside the call, then GBNF-escaped
   const std::string g = tool_call_gbnf(ToolFormat::Hermes, {"we\"ird"}, false);
-  EXPECT_NE(g.find("name ::= \"\\\"we\\\\\\\"ird\\\"\"\n"), std::string::npos) << g;
+  EXPECT_NE(g.find("ws \"\\\"we\\\\\\\"ird\\\"\" ws"), std::string::npos) << g;
 }

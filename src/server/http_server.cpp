@@ -364,7 +364,9 @@ int serve(const ServerConfig& cfg) {
                                       "", "payload_too_large"}));
   });
   svr.Get("/health", [&api](const httplib::Request&, httplib::Response& res) {
-    const bool ok = api.loop.alive();  // the default model loaded before listening
+    // The default model loaded before listening; a model unloaded by keep_alive
+    // is still servable, one whose file broke since is not.
+    const bool ok = api.loop.alive() && !default_model_failed();
     send_json(res, ok ? 200 : 503, {{"status", ok ? "ok" : "unavailable"}});
   });
   svr.Get("/metrics", [&api](const httplib::Request&, httplib::Response& res) {

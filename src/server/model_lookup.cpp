@@ -1,6 +1,7 @@
 #include "server/model_lookup.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 
 #include "engine/model_store.h"
@@ -8,12 +9,24 @@
 
 namespace wick::server {
 
+namespace {
+// Whether the default model's last load failed (its file broken under the server).
+std::atomic<bool> g_default_failed{false};
+}  // namespace
+
+bool default_model_failed() { return g_default_failed.load(); }
+
 std::shared_ptr<const LoadedModel> find_model(const std::string& name,
                                               const std::string& default_model, bool ollama) {
   std::string n = name.empty() ? default_model : name;
   if (ollama && n.size() > 7 && n.compare(n.size() - 7, 7, ":latest") == 0) n.resize(n.size() - 7);
+  const bool is_default = n == default_model;
+  auto failed = [&] {
+    if (is_default) g_default_failed = true;
+  };
   try {
-    auto m = n == default_model ? ModelPool::global().get(n) : ModelPool::global().get_stored(n);
+    auto m = is_default ? ModelPool::global().get(n) : ModelPool::global().get_stored(n);
+    if (is_default) g_default_failed = false;
     if (!m->tokenizer)
       throw ApiError{400, fmt::format("model '{}' has no tokenizer", n), "invalid_request_error",
                      "model", "model_without_tokenizer"};
@@ -22,8 +35,10 @@ std::shared_ptr<const LoadedModel> find_model(const std::string& name,
     if (std::string(e.what()).rfind("unknown model", 0) == 0)
       throw ApiError{404, fmt::format("The model '{}' does not exist", n), "invalid_request_error",
                      "model", "model_not_found"};
+    failed();
     throw ApiError{500, e.what(), "server_error", "model", "model_load_failed"};
   } catch (const IoError& e) {
+    failed();
     throw ApiError{500, e.what(), "server_error", "model", "model_load_failed"};
   }
 }

@@ -18,6 +18,9 @@ namespace wick::server {
 // 400 when it has no tokenizer, 500 when it fails to load.
 std::shared_ptr<const LoadedModel> find_model(const std::string& name,
                                               const std::string& default_model, bool ollama);
+// Whether the last load of the default model failed (and none succeeded
+// since): /health answers 503 then.
+bool default_model_failed();
 // The context a request on m may fill: the server's, at most the model's training context.
 int32_t request_n_ctx(const LoadedModel& m, int32_t server_n_ctx);
 // What the parsers need of m.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "text/tool_call_grammar.h"
 
 namespace wick::server {
@@ -31,6 +32,35 @@ std::vector<std::string> tool_names(const json& tools) {
     names.push_back(f["name"]);
   }
   return names;
+}
+
+// The grammar of a forced call to one of `forced`: each function's arguments
+// follow its parameters' schema, so that a forced call is also a valid one.
+// A schema the compiler does not support leaves that function's arguments
+// any JSON object: the call is still forced, only less constrained.
+std::string forced_call_gbnf(ToolFormat format, const json& tools,
+                             const std::vector<std::string>& forced, bool parallel) {
+  std::vector<ToolGrammar> fns;
+  for (const json& t : tools) {
+    const json& f = t["function"];
+    const std::string name = f["name"];
+    if (std::find(forced.begin(), forced.end(), name) == forced.end()) continue;
+    ToolGrammar tg{name, "", ""};
+    if (f.contains("parameters") && f["parameters"].is_object()) {
+      const size_t i = fns.size();
+      grammar::SchemaOptions opt;
+      opt.root_name = fmt::format("args-{}", i);
+      opt.rule_prefix = fmt::format("a{}-", i);
+      try {
+        tg.rules = grammar::json_schema_to_gbnf(
+            nlohmann::ordered_json::parse(f["parameters"].dump()), opt);
+        tg.args_rule = opt.root_name;
+      } catch (const grammar::GrammarError&) {
+      }
+    }
+    fns.push_back(std::move(tg));
+  }
+  return tool_call_gbnf_with_args(format, fns, parallel);
 }
 
 }  // namespace
@@ -75,7 +105,7 @@ json parse_tools(const json& b, const ModelView& m, bool openai, ToolSetup& setu
   if (!has_tools || choice == "none") return json();  // nothing offered, nothing parsed
   setup.format = format;
   if (!forced.empty())
-    g.grammar = grammar::compile_gbnf(tool_call_gbnf(format, forced, setup.parallel));
+    g.grammar = grammar::compile_gbnf(forced_call_gbnf(format, tools, forced, setup.parallel));
   return tools;
 }
 

@@ -683,9 +683,11 @@ class Parser {
             if (++k > 2) fail(line, "too many ':' in slice");
             continue;
           }
+          if (parts[k]) fail(line, "expected ':' or ']' in a subscript");
           parts[k] = parse_expr();
         }
         ++p_;
+        if (!is_slice && !parts[0]) fail(line, "empty subscript: x[] needs an index");
         auto it = make(is_slice ? Expr::Slice : Expr::Item, line);
         it->args = {e, parts[0], parts[1], parts[2]};
         e = it;

@@ -21,16 +21,6 @@ number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0
 ws ::= [ \t\n\r]{0,16}
 )";
 
-// name ::= alternatives, each the JSON string of a name (quoted: true) or the bare name.
-std::string name_rule(const std::vector<std::string>& names, bool quoted) {
-  std::string alts;
-  for (const auto& n : names) {
-    if (!alts.empty()) alts += " | ";
-    alts += gbnf_literal(quoted ? nlohmann::json(n).dump() : n);
-  }
-  return "name ::= " + alts + "\n";
-}
-
 }  // namespace
 
 std::string gbnf_literal(const std::string& s) {
@@ -54,15 +44,30 @@ std::string gbnf_literal(const std::string& s) {
   return out + "\"";
 }
 
-std::string tool_call_gbnf(ToolFormat f, const std::vector<std::string>& names, bool parallel) {
-  if (names.empty()) throw std::invalid_argument("tool_call_gbnf: no function names");
-  // {"name": N, "<key>": {...}}: the body every JSON format shares
-  auto body = [](const char* args_key) {
-    return fmt::format(
-        R"(call-json ::= "{{" ws "\"name\"" ws ":" ws name ws "," ws "\"{}\"" ws ":" ws object ws "}}")"
-        "\n",
-        args_key);
-  };
+std::string tool_call_gbnf_with_args(ToolFormat f, const std::vector<ToolGrammar>& tools,
+                                     bool parallel) {
+  if (tools.empty()) throw std::invalid_argument("tool_call_gbnf: no functions");
+  // fn-i: function i's call, {"name": N, "<key>": ARGS} for the JSON formats,
+  // N[ARGS]ARGS for Mistral's newer one. call-json / call picks one of them.
+  const bool json_call = f != ToolFormat::MistralArgs;
+  const char* key = f == ToolFormat::Llama3Json ? "parameters" : "arguments";
+  std::string fns, alts;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ToolGrammar& t = tools[i];
+    const std::string args = t.args_rule.empty() ? "object" : t.args_rule;
+    if (json_call)
+      fns += fmt::format(
+          R"(fn-{} ::= "{{" ws "\"name\"" ws ":" ws {} ws "," ws "\"{}\"" ws ":" ws {} ws "}}")"
+          "\n",
+          i, gbnf_literal(nlohmann::json(t.name).dump()), key, args);
+    else
+      fns += fmt::format(R"(fn-{} ::= {} "[ARGS]" {})"
+                         "\n",
+                         i, gbnf_literal(t.name), args);
+    fns += t.rules;
+    if (!fns.empty() && fns.back() != '\n') fns += '\n';
+    alts += fmt::format("{}fn-{}", i ? " | " : "", i);
+  }
   std::string g;
   switch (f) {
     case ToolFormat::None:
@@ -70,29 +75,29 @@ std::string tool_call_gbnf(ToolFormat f, const std::vector<std::string>& names, 
       g = parallel ? "root ::= call ( ws call )*\n" : "root ::= call\n";
       g += R"(call ::= "<tool_call>" ws call-json ws "</tool_call>")"
            "\n";
-      g += body("arguments");
-      g += name_rule(names, true);
       break;
     case ToolFormat::Llama3Json:
       g = parallel ? "root ::= call-json ( ws \";\" ws call-json )*\n" : "root ::= call-json\n";
-      g += body("parameters");
-      g += name_rule(names, true);
       break;
     case ToolFormat::Mistral:
       g = parallel
               ? R"(root ::= "[TOOL_CALLS]" ws "[" ws call-json ( ws "," ws call-json )* ws "]")"
               : R"(root ::= "[TOOL_CALLS]" ws "[" ws call-json ws "]")";
-      g += "\n" + body("arguments");
-      g += name_rule(names, true);
+      g += "\n";
       break;
     case ToolFormat::MistralArgs:
       g = parallel ? "root ::= call+\n" : "root ::= call\n";
-      g += R"(call ::= "[TOOL_CALLS]" name "[ARGS]" object)"
-           "\n";
-      g += name_rule(names, false);
+      g += R"(call ::= "[TOOL_CALLS]" ( )" + alts + " )\n";
       break;
   }
-  return g + kJsonRules;
+  if (json_call) g += "call-json ::= " + alts + "\n";
+  return g + fns + kJsonRules;
+}
+
+std::string tool_call_gbnf(ToolFormat f, const std::vector<std::string>& names, bool parallel) {
+  std::vector<ToolGrammar> tools;
+  for (const auto& n : names) tools.push_back({n, "", ""});
+  return tool_call_gbnf_with_args(f, tools, parallel);
 }
 
 }  // namespace wick

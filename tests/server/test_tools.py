@@ -4,8 +4,8 @@
 SmolLM2's chat template renders no tools, so wick reads its output for Hermes-style
 <tool_call>{...}</tool_call> markup (the format for templates without tool markup). A 135M model
 does not call tools on its own: a few-shot conversation (earlier assistant turns that answered
-with calls) makes it write them, greedily. Until the grammar engine lands, "required" and named
-tool_choice are parsed, not enforced (the GBNF that forces them is tested in test_tool_calls.cpp).
+with calls) makes it write them, greedily. "required" and a named tool_choice constrain the
+output to a call whose arguments follow the function's parameters schema.
 """
 import json
 
