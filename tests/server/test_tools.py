@@ -9,6 +9,7 @@ output to a call whose arguments follow the function's parameters schema.
 """
 import json
 
+import jsonschema
 import ollama
 import openai
 import pytest
@@ -126,17 +127,23 @@ def test_tool_choice_required_and_named(server, model_name, choice):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_tool_choice_required_forces_a_call(server, model_name, stream):
-    """Without worked examples the model answers in text; the forcing grammar must make it a call."""
+@pytest.mark.parametrize("question", ["What is the capital of France?", "Add 2 and 3.", "Tell me a joke."])
+def test_tool_choice_required_forces_a_call(server, model_name, stream, question):
+    """Without worked examples the model answers in text; the forcing grammar must make it a call
+    to a declared function whose arguments are valid for that function's parameters schema."""
     client = oa(server)
-    kw = dict(model=model_name, messages=[{"role": "user", "content": "What is the capital of France?"}],
-              tools=TOOLS, tool_choice="required", temperature=0, max_tokens=60)
+    kw = dict(model=model_name, messages=[{"role": "user", "content": question}],
+              tools=TOOLS, tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=200)
     if stream:
-        _, calls, _ = stream_chat(client, **kw)
-        names = [c["name"] for c in calls]
+        _, calls, finish = stream_chat(client, **kw)
     else:
-        names = [c.function.name for c in client.chat.completions.create(**kw).choices[0].message.tool_calls or []]
-    assert names and set(names) <= NAMES
+        ch = client.chat.completions.create(**kw).choices[0]
+        calls = [{"name": c.function.name, "arguments": c.function.arguments} for c in ch.message.tool_calls or []]
+        finish = ch.finish_reason
+    assert len(calls) == 1 and finish == "tool_calls", (calls, finish)
+    schema = {t["function"]["name"]: t["function"].get("parameters", {}) for t in TOOLS}
+    assert calls[0]["name"] in NAMES
+    jsonschema.validate(json.loads(calls[0]["arguments"]), schema[calls[0]["name"]])
 
 
 def test_tool_choice_errors(server, model_name):
