@@ -177,6 +177,11 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
        "a string or an array of parts"},
       {true, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages",
        "only text content parts"},
+      {true, R"({"messages": [{"role": "user", "content": [{"type": -9223372036854775808}]}]})",
+       "messages", "only text content parts"},  // a type that is not a string (fuzz_request)
+      {true, "{" + m + R"("tools": [{"type": "function", "function": {"name": "f"}}],
+                        "tool_choice": {"type": 7}})",
+       "tool_choice", "tool_choice must be"},
       {true, "{" + m + R"("model": 5})", "model", "'model' must be a string"},
       {true, "{" + m + R"("tools": {}})", "tools", "'tools' must be an array"},
       {true, "{" + m + R"("temperature": "hot"})", "temperature", "'temperature' must be a number"},

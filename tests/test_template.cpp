@@ -110,6 +110,7 @@ TEST(ChatTemplate, RendersAreBounded) {
   for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
   expect_error(ifs, "nest deeper than 100 levels");
   expect_error("{{ " + std::string(1000, '-') + "1 }}", "nest deeper than 100 levels");
+  expect_error("{{ '\\uZZZZ' }}", "\\u needs four hexadecimal digits");  // fuzz_jinja
   expect_error("{% set ns = namespace(x=none) %}{% set ns.x = ns %}{{ ns | tojson }}",
                "nesting deeper than 256 levels");
   expect_error("{% set ns = namespace(x=none) %}{% set ns.x = ns %}{{ ns == ns }}",

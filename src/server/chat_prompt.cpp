@@ -35,8 +35,8 @@ json normalise_messages(const json& messages) {
     if (msg.contains("content") && msg["content"].is_array()) {
       std::string text;
       for (auto& part : msg["content"])
-        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
-            part["text"].is_string())
+        if (part.is_object() && part.contains("type") && part["type"] == "text" &&
+            part.contains("text") && part["text"].is_string())
           text += part["text"].get<std::string>();
         else
           bad("messages", "only text content parts are supported");

@@ -203,7 +203,11 @@ class Lexer {
                 break;
               case 'u': {  // \uXXXX
                 if (q + 4 < src_.size()) {
-                  utf8::append(s, uint32_t(std::stoul(src_.substr(q + 1, 4), nullptr, 16)));
+                  const std::string hex = src_.substr(q + 1, 4);
+                  if (!std::all_of(hex.begin(), hex.end(),
+                                   [](char h) { return std::isxdigit((unsigned char)h); }))
+                    fail(l, "\\u needs four hexadecimal digits, got '" + hex + "'");
+                  utf8::append(s, uint32_t(std::stoul(hex, nullptr, 16)));
                   q += 4;
                 }
                 break;

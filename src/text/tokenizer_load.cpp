@@ -430,7 +430,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& source) {
           tk->chat_template = t;
         else if (t.is_array())  // named templates: take "default"
           for (auto& x : t)
-            if (x.value("name", "") == "default") tk->chat_template = x.value("template", "");
+            if (x.is_object() && x.contains("name") && x["name"] == "default" &&
+                x.contains("template") && x["template"].is_string())
+              tk->chat_template = x["template"];
       }
       tk->bos_token = token_text(c.value("bos_token", json()));
       tk->eos_token = token_text(c.value("eos_token", json()));
