@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "grammar/plain_text.h"
+
 namespace wick::grammar {
 
 namespace {
@@ -11,6 +13,23 @@ constexpr size_t kMaxNodes = 1 << 20;  // interned stack nodes
 constexpr size_t kMaxStacks = 1024;    // stacks in one state (an ambiguous grammar)
 constexpr int kMaxExpandDepth = 4096;  // rules entered without a byte in between
 constexpr size_t kMaxCachedMasks = 256;
+// Product states accepts_all_plain explores before it gives up (inside a
+// plain JSON string: the string state and about ten mid-character states).
+constexpr size_t kMaxPlainProbe = 128;
+
+// The bytes the plain-text automaton takes from each of its states.
+struct PlainBytes {
+  std::array<std::vector<uint8_t>, kPlainStates> of;
+  PlainBytes() {
+    for (size_t u = 0; u < kPlainStates; ++u)
+      for (unsigned b = 0; b < 256; ++b)
+        if (kPlainTable[u][b] != kPlainInvalid) of[u].push_back(uint8_t(b));
+  }
+};
+const PlainBytes& plain_bytes() {
+  static const PlainBytes p;
+  return p;
+}
 }  // namespace
 
 size_t Matcher::VecHash::operator()(const std::vector<int32_t>& v) const {
@@ -107,6 +126,7 @@ void Matcher::compact() {
   trans_.clear();
   loops_.clear();
   loop_known_.clear();
+  plain_.clear();
   masks_.clear();
   std::vector<int32_t> ids;
   for (const auto& s : stacks) {
@@ -148,43 +168,69 @@ bool Matcher::must_end() const {
   return sets_[size_t(state_)].size() == 1 && can_end();
 }
 
-const ByteSet& Matcher::loop_bytes(int32_t state) {
-  if (loops_.size() <= size_t(state)) {
+void Matcher::fit_state_caches() {
+  if (loops_.size() < sets_.size()) {
     loops_.resize(sets_.size());
     loop_known_.resize(sets_.size(), 0);
   }
+  if (plain_.size() < sets_.size()) plain_.resize(sets_.size(), 0);
+}
+
+const ByteSet& Matcher::loop_bytes(int32_t state) {
+  fit_state_caches();
   if (!loop_known_[size_t(state)]) {
     ByteSet s{};
     for (unsigned b = 0; b < 256; ++b)
       if (step(state, uint8_t(b)) == state) s[b >> 6] |= uint64_t(1) << (b & 63);
-    if (loops_.size() < sets_.size()) {  // step() may have added states
-      loops_.resize(sets_.size());
-      loop_known_.resize(sets_.size(), 0);
-    }
+    fit_state_caches();  // step() may have added states
     loops_[size_t(state)] = s;
     loop_known_[size_t(state)] = 1;
   }
   return loops_[size_t(state)];
 }
 
-const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
-  const size_t n_words = (size_t(trie.n_vocab()) + 63) / 64;
-  if (state_ == kDead) {
-    mask_.assign(n_words, 0);
-    return mask_;
+bool Matcher::accepts_all_plain(int32_t state) {
+  fit_state_caches();
+  if (plain_[size_t(state)] != 0) return plain_[size_t(state)] == 1;
+  // Every plain-text string is a path of the product from (state,
+  // kPlainStart); all of them stay alive iff no product state reachable
+  // from there has a plain byte leading to kDead.
+  const PlainBytes& pb = plain_bytes();
+  auto key = [](int32_t g, uint8_t u) { return uint64_t(uint32_t(g)) << 8 | u; };
+  probe_.assign(1, key(state, kPlainStart));
+  bool all_alive = true;
+  for (size_t k = 0; k < probe_.size() && all_alive; ++k) {
+    const int32_t g = int32_t(probe_[k] >> 8);
+    const uint8_t u = uint8_t(probe_[k] & 0xFF);
+    for (uint8_t b : pb.of[u]) {
+      const int32_t t = step(g, b);
+      if (t == kDead) {
+        all_alive = false;
+        break;
+      }
+      const uint64_t next = key(t, kPlainTable[u][b]);
+      if (std::find(probe_.begin(), probe_.end(), next) != probe_.end()) continue;
+      if (probe_.size() >= kMaxPlainProbe) {
+        all_alive = false;  // unknown: the full walk decides
+        break;
+      }
+      probe_.push_back(next);
+    }
   }
-  compact();
-  if (auto it = masks_.find(state_); it != masks_.end() && it->second.size() == n_words)
-    return it->second;
-  mask_.assign(n_words, 0);
-  walk_.resize(trie.max_depth() + 1);
+  fit_state_caches();  // step() may have added states
+  plain_[size_t(state)] = all_alive ? 1 : 2;
+  return all_alive;
+}
+
+void Matcher::walk(const TrieNodes& trie) {
+  walk_.resize(trie.max_depth + 1);
   walk_[0] = state_;
-  const uint8_t* byte = trie.byte_.data();
-  const uint16_t* depth = trie.depth_.data();
-  const uint32_t* end = trie.end_.data();
-  const uint32_t* tok_begin = trie.tok_begin_.data();
-  const int32_t* tokens = trie.tokens_.data();
-  const int32_t* below = trie.below_.data();
+  const uint8_t* byte = trie.byte.data();
+  const uint16_t* depth = trie.depth.data();
+  const uint32_t* end = trie.end.data();
+  const uint32_t* tok_begin = trie.tok_begin.data();
+  const int32_t* tokens = trie.tokens.data();
+  const int32_t* below = trie.below.data();
   const uint32_t n = uint32_t(trie.n_nodes());
   for (uint32_t i = 1; i < n;) {
     const uint16_t d = depth[i];
@@ -195,7 +241,7 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
     }
     walk_[d] = t;
     if (below[i] >= 0) {  // every token below loops on t: all allowed, none walked
-      const ByteSet& sub = trie.subtree_bytes_[size_t(below[i])];
+      const ByteSet& sub = trie.subtree_bytes[size_t(below[i])];
       const ByteSet& loop = loop_bytes(t);
       if (!(sub[0] & ~loop[0]) && !(sub[1] & ~loop[1]) && !(sub[2] & ~loop[2]) &&
           !(sub[3] & ~loop[3])) {
@@ -208,6 +254,25 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
     for (uint32_t k = tok_begin[i]; k < tok_begin[i + 1]; ++k)
       mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
     ++i;
+  }
+}
+
+const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
+  const size_t n_words = (size_t(trie.n_vocab()) + 63) / 64;
+  if (state_ == kDead) {
+    mask_.assign(n_words, 0);
+    return mask_;
+  }
+  compact();
+  if (auto it = masks_.find(state_); it != masks_.end() && it->second.size() == n_words)
+    return it->second;
+  if (trie.n_plain() > 0 && accepts_all_plain(state_)) {
+    mask_ = trie.plain_mask();
+    walk(trie.rest_nodes());
+    ++n_plain_masks_;
+  } else {
+    mask_.assign(n_words, 0);
+    walk(trie.nodes());
   }
   if (masks_.size() >= kMaxCachedMasks) masks_.clear();
   return masks_[state_] = mask_;

@@ -6,6 +6,9 @@
 // lazily over the states this request visits. The allowed-token mask walks
 // the vocabulary's trie with those transitions, and masks are cached by
 // state (inside a JSON string, every token starts from the same state).
+// A state that accepts every plain-text string (grammar/plain_text.h; what
+// a JSON string's characters are) takes the trie's plain-text tokens as
+// one bitmask and walks only the small trie of the others.
 //
 // One matcher per sequence; it is not thread-safe and allocates only when
 // it meets a state or transition for the first time.
@@ -47,8 +50,14 @@ class Matcher {
   // counters, for tests and benchmarks
   size_t n_states() const { return sets_.size(); }
   size_t n_nodes() const { return nodes_.size(); }
-  // Forget cached masks (a benchmark measuring the walk itself).
-  void drop_mask_cache() { masks_.clear(); }
+  // masks computed as the plain-text bitmask and a walk of the other tokens
+  size_t n_plain_masks() const { return n_plain_masks_; }
+  // Forget cached masks and plain-text verdicts (a benchmark measuring the
+  // mask's computation itself).
+  void drop_mask_cache() {
+    masks_.clear();
+    plain_.clear();
+  }
 
  private:
   struct Node {
@@ -69,6 +78,16 @@ class Matcher {
   }
   // The bytes that lead from state back to itself.
   const ByteSet& loop_bytes(int32_t state);
+  // Whether every plain-text string keeps state alive: then every
+  // plain-text token is allowed there. Explores the product of the
+  // transitions with the plain-text automaton from (state, kPlainStart);
+  // false past a small budget of product states (a string that changes
+  // state with each character, under a maxLength, say).
+  bool accepts_all_plain(int32_t state);
+  // Sets the bits of the tokens of t allowed from state_ in mask_.
+  void walk(const TrieNodes& t);
+  // Grows the per-state caches to the number of states.
+  void fit_state_caches();
   // Past the cache limits: keep the current stacks, forget the rest.
   void compact();
 
@@ -87,8 +106,11 @@ class Matcher {
   std::vector<int32_t> walk_;          // trie walk: the state at each depth
   std::vector<ByteSet> loops_;         // by state, once known (loop_known_)
   std::vector<uint8_t> loop_known_;
+  std::vector<uint8_t> plain_;   // by state: 0 unknown, 1 accepts all plain text, 2 not
+  std::vector<uint64_t> probe_;  // accepts_all_plain: product states (state << 8 | plain state)
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<uint64_t> mask_;
+  size_t n_plain_masks_ = 0;
 };
 
 }  // namespace wick::grammar
