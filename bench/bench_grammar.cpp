@@ -66,8 +66,10 @@ const char* kPrefixes[] = {
     "{\"name\": \"Ada\", \"age\": 3",                       // inside a number
     "{\"name\": \"Ada\", \"age\": 36",                      // after a value: , or } or digits
     "{\"name\": \"Ada\", \"age\": 36, \"tags\": [\"x\", ",  // in an array
+    "{\"name\": \"Ada\", \"age\": 36, \"email\": \"ada.l",  // in an email: no '@' twice
 };
-const char* kStateNames[] = {"start", "key", "in_string", "in_number", "after_value", "in_array"};
+const char* kStateNames[] = {"start",       "key",      "in_string", "in_number",
+                             "after_value", "in_array", "in_email"};
 
 void BM_GrammarMask(benchmark::State& st, int which, const char* mode) {
   auto trie = qwen3_trie();
@@ -169,7 +171,12 @@ void BM_TokenTrieBuild(benchmark::State& st) {
     st.SkipWithError(e.what());
     return;
   }
-  for (auto _ : st) benchmark::DoNotOptimize(TokenTrie::from_tokenizer(*tk));
+  std::shared_ptr<const TokenTrie> trie;
+  for (auto _ : st) benchmark::DoNotOptimize(trie = TokenTrie::from_tokenizer(*tk));
+  st.counters["nodes"] = double(trie->n_nodes());
+  st.counters["plain_tokens"] = double(trie->n_plain());
+  st.counters["rest_tokens"] = double(trie->rest_nodes().tokens.size());
+  st.counters["rest_nodes"] = double(trie->rest_nodes().n_nodes());
 }
 
 }  // namespace
@@ -182,6 +189,7 @@ BENCHMARK_CAPTURE(BM_GrammarMask, in_string_walk, 2, "walk")->Unit(benchmark::kM
 BENCHMARK_CAPTURE(BM_GrammarMask, in_number_walk, 3, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, after_value_walk, 4, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_array_walk, 5, "walk")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_GrammarMask, in_email_walk, 6, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_cached, 2, "cached")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_cold, 2, "cold")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, key_cold, 1, "cold")->Unit(benchmark::kMicrosecond);

@@ -174,3 +174,29 @@ TEST(PlainText, MaskEqualsTokenByTokenCheckOnQwen3) {
           .n_plain,
       0u);
 }
+
+// Two bytes share a class exactly when every set of the grammar holds both
+// or neither (the matcher computes one transition per class).
+TEST(Gbnf, ByteClassesAreTheBytesInTheSameSets) {
+  for (const std::string& gbnf :
+       {std::string("root ::= \"\\\"\" [^\"\\\\]* \"\\\"\""),
+        std::string("root ::= [a-c] [b-d]+ \"é\""),
+        json_schema_to_gbnf(ojson::parse(
+            R"({"type":"object","properties":{"a":{"type":"string","pattern":"^[0-9]{2}$"}}})"))}) {
+    const auto g = compile_gbnf(gbnf);
+    size_t n_bytes = 0;
+    for (size_t c = 0; c < g->class_bytes.size(); ++c) {
+      EXPECT_FALSE(g->class_bytes[c].empty());
+      for (uint8_t b : g->class_bytes[c]) EXPECT_EQ(g->byte_class[b], c);
+      n_bytes += g->class_bytes[c].size();
+    }
+    EXPECT_EQ(n_bytes, 256u);
+    for (unsigned a = 0; a < 256; ++a)
+      for (unsigned b = a + 1; b < 256; ++b) {
+        bool same = true;
+        for (const ByteSet& s : g->sets) same &= has_byte(s, uint8_t(a)) == has_byte(s, uint8_t(b));
+        ASSERT_EQ(g->byte_class[a] == g->byte_class[b], same) << gbnf << " " << a << " " << b;
+      }
+    EXPECT_GT(g->class_bytes.size(), 2u);
+  }
+}

@@ -105,7 +105,9 @@ int32_t Matcher::compute_step(int32_t state, uint8_t b) {
       expand(n.pos + 1, n.parent, next, 0);
   }
   const int32_t t = intern_set(next);
-  trans_[size_t(state) * 256 + b] = t;
+  // the same for every byte in the same sets
+  int32_t* row = trans_.data() + size_t(state) * 256;
+  for (uint8_t c : g_->class_bytes[g_->byte_class[b]]) row[c] = t;
   return t;
 }
 
