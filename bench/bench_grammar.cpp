@@ -67,9 +67,10 @@ const char* kPrefixes[] = {
     "{\"name\": \"Ada\", \"age\": 36",                      // after a value: , or } or digits
     "{\"name\": \"Ada\", \"age\": 36, \"tags\": [\"x\", ",  // in an array
     "{\"name\": \"Ada\", \"age\": 36, \"email\": \"ada.l",  // in an email: no '@' twice
+    "{\"name\": \"Ad\xC3",                                  // inside a character
 };
 const char* kStateNames[] = {"start",       "key",      "in_string", "in_number",
-                             "after_value", "in_array", "in_email"};
+                             "after_value", "in_array", "in_email",  "mid_char"};
 
 void BM_GrammarMask(benchmark::State& st, int which, const char* mode) {
   auto trie = qwen3_trie();
@@ -106,9 +107,11 @@ void BM_GrammarMask(benchmark::State& st, int which, const char* mode) {
 }
 
 // A book review: short and long strings (non-ASCII, escapes), numbers, an
-// array, an enum.
-std::shared_ptr<const Grammar> review_grammar() {
-  static auto g = compile_gbnf(json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({
+// array, an enum; with_limits puts a maxLength on the title and the summary
+// (a state per character: the plain-text path cannot apply there).
+std::shared_ptr<const Grammar> review_grammar(bool with_limits) {
+  auto make = [](bool limits) {
+    auto schema = nlohmann::ordered_json::parse(R"({
     "type": "object",
     "properties": {
       "title": {"type": "string"},
@@ -119,8 +122,15 @@ std::shared_ptr<const Grammar> review_grammar() {
       "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 6},
       "summary": {"type": "string"}
     },
-    "required": ["title", "author", "year", "rating", "verdict", "summary"]})")));
-  return g;
+    "required": ["title", "author", "year", "rating", "verdict", "summary"]})");
+    if (limits) {
+      schema["properties"]["title"]["maxLength"] = 100;
+      schema["properties"]["summary"]["maxLength"] = 600;
+    }
+    return compile_gbnf(json_schema_to_gbnf(schema));
+  };
+  static auto plain = make(false), limited = make(true);
+  return with_limits ? limited : plain;
 }
 
 const char* kReview =
@@ -130,7 +140,7 @@ const char* kReview =
     R"(raising Cosette in 19th-century Paris; Hugo's \"digressions\" on Waterloo and the sewers )"
     R"(are long but rewarding — a humane, sweeping story about mercy and justice."})";
 
-void BM_GrammarMaskAnswer(benchmark::State& st) {
+void BM_GrammarMaskAnswer(benchmark::State& st, bool with_limits) {
   auto tk = qwen3_tokenizer();
   auto trie = qwen3_trie();
   if (!tk || !trie) {
@@ -138,9 +148,9 @@ void BM_GrammarMaskAnswer(benchmark::State& st) {
     return;
   }
   const std::vector<int32_t> ids = tk->encode(kReview);
-  size_t n_allowed = 0, n_plain = 0;
+  size_t n_allowed = 0, n_plain = 0, n_states = 0;
   for (auto _ : st) {
-    Matcher m(review_grammar());
+    Matcher m(review_grammar(with_limits));
     n_allowed = 0;
     for (int32_t id : ids) {
       const auto& mask = m.allowed(*trie);
@@ -151,14 +161,16 @@ void BM_GrammarMaskAnswer(benchmark::State& st) {
       }
     }
     n_plain = m.n_plain_masks();
+    n_states = m.n_states();
     benchmark::DoNotOptimize(n_allowed);
   }
   if (n_allowed != ids.size()) st.SkipWithError("a token of the answer was masked");
   st.SetItemsProcessed(int64_t(st.iterations()) * int64_t(ids.size()));
   st.counters["tokens"] = double(ids.size());
   st.counters["plain_masks"] = double(n_plain);
-  st.counters["per_token_us"] =
-      benchmark::Counter(double(st.iterations()) * double(ids.size()) * 1e-6,
+  st.counters["states"] = double(n_states);
+  st.counters["per_token"] =
+      benchmark::Counter(double(st.iterations()) * double(ids.size()),
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
@@ -182,7 +194,8 @@ void BM_TokenTrieBuild(benchmark::State& st) {
 }  // namespace
 
 BENCHMARK(BM_TokenTrieBuild)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_GrammarMaskAnswer)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GrammarMaskAnswer, review, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GrammarMaskAnswer, review_max_length, true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, start_walk, 0, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, key_walk, 1, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_walk, 2, "walk")->Unit(benchmark::kMicrosecond);
@@ -190,6 +203,7 @@ BENCHMARK_CAPTURE(BM_GrammarMask, in_number_walk, 3, "walk")->Unit(benchmark::kM
 BENCHMARK_CAPTURE(BM_GrammarMask, after_value_walk, 4, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_array_walk, 5, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_email_walk, 6, "walk")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_GrammarMask, mid_char_walk, 7, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_cached, 2, "cached")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_cold, 2, "cold")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, key_cold, 1, "cold")->Unit(benchmark::kMicrosecond);

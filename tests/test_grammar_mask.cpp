@@ -120,11 +120,13 @@ TEST(PlainText, TrieSplitsTheVocabulary) {
 }
 
 // On a small vocabulary: the path is taken inside a string of any
-// character, not where a character is excluded or the state changes per
-// character past the probe's budget; the masks equal the token by token check.
+// character (all of plain text, or up to a length), not where a character
+// is excluded; the masks equal the token by token check.
 TEST(PlainText, MaskPathOnASmallVocabulary) {
+  const std::string a20(20, 'a');  // more characters than kPlainLevels
+  static_assert(TokenTrie::kPlainLevels < 20);
   TokenTrie trie({"\"", "a", "ab", "a\"", "é", "\xC3", "\xA9", " ", "\n", "\\", "\\\"", "z ",
-                  "🙂", "\xF0\x9F", "\"\n", "\x7F"});
+                  "🙂", "\xF0\x9F", "\"\n", "\x7F", a20, a20 + "\"", "abc"});
   auto plain_masks = [&](const std::string& gbnf, const std::string& text) {
     const MaskRun run = check_masks(compile_gbnf(gbnf), trie, text, 1);
     return run.n_plain;
@@ -133,8 +135,13 @@ TEST(PlainText, MaskPathOnASmallVocabulary) {
   EXPECT_GT(plain_masks("root ::= \"\\\"\" [^\"\\\\]* \"\\\"\" \"\\n\"", "\"a é🙂z \"\n"), 0u);
   EXPECT_EQ(plain_masks("root ::= \"\\\"\" [^\"\\\\ ]* \"\\\"\"", "\"aé\""), 0u);  // no spaces
   EXPECT_EQ(plain_masks("root ::= \"\\\"\" [ -~]* \"\\\"\"", "\"a b\""), 0u);      // ASCII only
-  EXPECT_EQ(plain_masks("root ::= \"\\\"\" [^\"\\\\]{0,100} \"\\\"\"", "\"ab\""), 0u);
   EXPECT_GT(plain_masks("root ::= \"\\\"\" [^\"\\\\]{3,} \"\\\"\"", "\"abcd\""), 0u);
+  // up to a length: a20 allowed while 20 more characters fit (walked: past
+  // kPlainLevels), "abc" while 3 do, neither at the end
+  EXPECT_EQ(plain_masks("root ::= \"\\\"\" [^\"\\\\]{0,21} \"\\\"\"", "\"a\""), 2u);
+  EXPECT_EQ(plain_masks("root ::= \"\\\"\" [^\"\\\\]{0,20} \"\\\"\"", "\"a\""), 2u);
+  EXPECT_EQ(plain_masks("root ::= \"\\\"\" [^\"\\\\]{0,3} \"\\\"\"", "\"abc\""), 3u);
+  EXPECT_EQ(plain_masks("root ::= \"\\\"\" [^\"\\\\]{0,3} \"\\\"\"", "\"a🙂é\""), 3u);
 }
 
 // The Qwen3 vocabulary (151,669 tokens): the path taken inside plain
@@ -152,11 +159,18 @@ TEST(PlainText, MaskEqualsTokenByTokenCheckOnQwen3) {
   const MaskRun on_person = check_masks(person, *trie, answer, 2);
   EXPECT_GE(on_person.n_plain, 10u);
   EXPECT_LT(on_person.n_plain, on_person.n_cuts);  // structural states walk all
-  // fall back: every position of a maxLength string is a state of its own,
-  // a pattern and GBNF classes exclude characters, an enum is a few words
+  // a maxLength: the path up to the characters left, at each character
+  // boundary inside (not mid-character, not where none is left)
   EXPECT_EQ(
       check_masks(schema(R"({"type":"string","maxLength":80})"), *trie, "\"abc dé\"", 1).n_plain,
-      0u);
+      7u);
+  EXPECT_EQ(check_masks(schema(R"({"type":"string","maxLength":3})"), *trie, "\"abc\"", 1).n_plain,
+            3u);
+  EXPECT_EQ(check_masks(schema(R"({"type":"string","maxLength":20})"), *trie,
+                        "\"" + std::string(18, ' ') + "\"", 1)
+                .n_plain,
+            19u);
+  // fall back: a pattern and GBNF classes exclude characters, an enum is a few words
   EXPECT_EQ(check_masks(schema(R"({"type":"string","pattern":"^[a-z ]+$"})"), *trie, "\"ab c\"", 1)
                 .n_plain,
             0u);

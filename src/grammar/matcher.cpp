@@ -13,9 +13,10 @@ constexpr size_t kMaxNodes = 1 << 20;  // interned stack nodes
 constexpr size_t kMaxStacks = 1024;    // stacks in one state (an ambiguous grammar)
 constexpr int kMaxExpandDepth = 4096;  // rules entered without a byte in between
 constexpr size_t kMaxCachedMasks = 256;
-// Product states accepts_all_plain explores before it gives up (inside a
-// plain JSON string: the string state and about ten mid-character states).
-constexpr size_t kMaxPlainProbe = 128;
+// Product states plain_levels explores before it stops (inside a plain
+// JSON string: the string state and about twenty mid-character states; in
+// a string with a maxLength, about as many per character).
+constexpr size_t kMaxPlainProbe = 512;
 
 // The bytes the plain-text automaton takes from each of its states.
 struct PlainBytes {
@@ -126,9 +127,8 @@ void Matcher::compact() {
   sets_.clear();
   set_ids_.clear();
   trans_.clear();
-  loops_.clear();
-  loop_known_.clear();
   plain_.clear();
+  probe_mark_.clear();
   masks_.clear();
   std::vector<int32_t> ids;
   for (const auto& s : stacks) {
@@ -171,60 +171,80 @@ bool Matcher::must_end() const {
 }
 
 void Matcher::fit_state_caches() {
-  if (loops_.size() < sets_.size()) {
-    loops_.resize(sets_.size());
-    loop_known_.resize(sets_.size(), 0);
-  }
-  if (plain_.size() < sets_.size()) plain_.resize(sets_.size(), 0);
+  if (plain_.size() < sets_.size()) plain_.resize(sets_.size(), -1);
 }
 
-const ByteSet& Matcher::loop_bytes(int32_t state) {
-  fit_state_caches();
-  if (!loop_known_[size_t(state)]) {
-    ByteSet s{};
-    for (unsigned b = 0; b < 256; ++b)
-      if (step(state, uint8_t(b)) == state) s[b >> 6] |= uint64_t(1) << (b & 63);
-    fit_state_caches();  // step() may have added states
-    loops_[size_t(state)] = s;
-    loop_known_[size_t(state)] = 1;
-  }
-  return loops_[size_t(state)];
+bool Matcher::loops_over(int32_t state, const ByteSet& bytes) {
+  for (unsigned w = 0; w < 4; ++w)
+    for (uint64_t bits = bytes[w]; bits; bits &= bits - 1)
+      if (step(state, uint8_t(w * 64 + unsigned(__builtin_ctzll(bits)))) != state) return false;
+  return true;
 }
 
-bool Matcher::accepts_all_plain(int32_t state) {
+int Matcher::plain_levels(int32_t state) {
   fit_state_caches();
-  if (plain_[size_t(state)] != 0) return plain_[size_t(state)] == 1;
-  // Every plain-text string is a path of the product from (state,
-  // kPlainStart); all of them stay alive iff no product state reachable
-  // from there has a plain byte leading to kDead.
+  if (plain_[size_t(state)] >= 0) return plain_[size_t(state)];
+  // Level c: the grammar states after c whole characters. Expanding it over
+  // the next character (its bytes through the mid-character product
+  // states) either meets kDead (then exactly the strings of up to c
+  // characters are known to live) or gives level c + 1: the states not met
+  // before, since the continuations of one met before were expanded then.
+  // No new state at all: every plain-text string lives.
   const PlainBytes& pb = plain_bytes();
   auto key = [](int32_t g, uint8_t u) { return uint64_t(uint32_t(g)) << 8 | u; };
-  probe_.assign(1, key(state, kPlainStart));
-  bool all_alive = true;
-  for (size_t k = 0; k < probe_.size() && all_alive; ++k) {
-    const int32_t g = int32_t(probe_[k] >> 8);
-    const uint8_t u = uint8_t(probe_[k] & 0xFF);
-    for (uint8_t b : pb.of[u]) {
-      const int32_t t = step(g, b);
-      if (t == kDead) {
-        all_alive = false;
-        break;
-      }
-      const uint64_t next = key(t, kPlainTable[u][b]);
-      if (std::find(probe_.begin(), probe_.end(), next) != probe_.end()) continue;
-      if (probe_.size() >= kMaxPlainProbe) {
-        all_alive = false;  // unknown: the full walk decides
-        break;
-      }
-      probe_.push_back(next);
+  size_t n_met = 0;
+  auto meet = [&](int32_t g, uint8_t u) {  // false when met before in this call
+    const size_t i = size_t(g) * kPlainStates + u;
+    if (probe_mark_.size() <= i) probe_mark_.resize(sets_.size() * kPlainStates, 0);
+    if (probe_mark_[i] == probe_gen_) return false;
+    probe_mark_[i] = probe_gen_;
+    ++n_met;
+    return true;
+  };
+  if (++probe_gen_ == 0) {  // wrapped: old marks could match
+    std::fill(probe_mark_.begin(), probe_mark_.end(), 0);
+    probe_gen_ = 1;
+  }
+  meet(state, kPlainStart);
+  probe_level_.assign(1, state);
+  int levels = 0;
+  for (;; ++levels) {
+    if (probe_level_.empty()) {
+      levels = kAllPlain;
+      break;
     }
+    if (levels == TokenTrie::kPlainLevels) break;
+    probe_next_.clear();
+    probe_todo_.clear();
+    for (int32_t g : probe_level_) probe_todo_.push_back(key(g, kPlainStart));
+    bool alive = true;
+    while (alive && !probe_todo_.empty()) {
+      const int32_t g = int32_t(probe_todo_.back() >> 8);
+      const uint8_t u = uint8_t(probe_todo_.back() & 0xFF);
+      probe_todo_.pop_back();
+      for (uint8_t b : pb.of[u]) {
+        const int32_t t = step(g, b);
+        const uint8_t v = kPlainTable[u][b];
+        if (t == kDead || n_met >= kMaxPlainProbe) {
+          alive = false;  // kDead; or unknown past the budget: the walk decides
+          break;
+        }
+        if (!meet(t, v)) continue;
+        if (v == kPlainStart)
+          probe_next_.push_back(t);
+        else
+          probe_todo_.push_back(key(t, v));
+      }
+    }
+    if (!alive) break;
+    probe_level_.swap(probe_next_);
   }
   fit_state_caches();  // step() may have added states
-  plain_[size_t(state)] = all_alive ? 1 : 2;
-  return all_alive;
+  plain_[size_t(state)] = int16_t(levels);
+  return levels;
 }
 
-void Matcher::walk(const TrieNodes& trie) {
+void Matcher::walk(const TrieNodes& trie, int skip_chars) {
   walk_.resize(trie.max_depth + 1);
   walk_[0] = state_;
   const uint8_t* byte = trie.byte.data();
@@ -233,8 +253,13 @@ void Matcher::walk(const TrieNodes& trie) {
   const uint32_t* tok_begin = trie.tok_begin.data();
   const int32_t* tokens = trie.tokens.data();
   const int32_t* below = trie.below.data();
+  const uint16_t* max_chars = skip_chars > 0 ? trie.max_chars.data() : nullptr;
   const uint32_t n = uint32_t(trie.n_nodes());
   for (uint32_t i = 1; i < n;) {
+    if (max_chars && max_chars[i] <= skip_chars) {  // every token below is in mask_
+      i = end[i];
+      continue;
+    }
     const uint16_t d = depth[i];
     const int32_t t = step(walk_[d - 1u], byte[i]);
     if (t == kDead) {  // no token below this prefix can follow
@@ -243,10 +268,7 @@ void Matcher::walk(const TrieNodes& trie) {
     }
     walk_[d] = t;
     if (below[i] >= 0) {  // every token below loops on t: all allowed, none walked
-      const ByteSet& sub = trie.subtree_bytes[size_t(below[i])];
-      const ByteSet& loop = loop_bytes(t);
-      if (!(sub[0] & ~loop[0]) && !(sub[1] & ~loop[1]) && !(sub[2] & ~loop[2]) &&
-          !(sub[3] & ~loop[3])) {
+      if (loops_over(t, trie.subtree_bytes[size_t(below[i])])) {
         for (uint32_t k = tok_begin[i]; k < tok_begin[end[i]]; ++k)
           mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
         i = end[i];
@@ -268,13 +290,19 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
   compact();
   if (auto it = masks_.find(state_); it != masks_.end() && it->second.size() == n_words)
     return it->second;
-  if (trie.n_plain() > 0 && accepts_all_plain(state_)) {
+  const int levels = trie.n_plain() > 0 ? plain_levels(state_) : 0;
+  if (levels == kAllPlain) {
     mask_ = trie.plain_mask();
-    walk(trie.rest_nodes());
+    walk(trie.rest_nodes(), 0);
+    ++n_plain_masks_;
+  } else if (levels > 0) {
+    mask_ = trie.plain_upto(levels);
+    walk(trie.rest_nodes(), 0);
+    walk(trie.plain_nodes(), levels);
     ++n_plain_masks_;
   } else {
     mask_.assign(n_words, 0);
-    walk(trie.nodes());
+    walk(trie.nodes(), 0);
   }
   if (masks_.size() >= kMaxCachedMasks) masks_.clear();
   return masks_[state_] = mask_;

@@ -50,7 +50,7 @@ class Matcher {
   // counters, for tests and benchmarks
   size_t n_states() const { return sets_.size(); }
   size_t n_nodes() const { return nodes_.size(); }
-  // masks computed as the plain-text bitmask and a walk of the other tokens
+  // masks that took plain-text tokens as a bitmask (plain_levels > 0)
   size_t n_plain_masks() const { return n_plain_masks_; }
   // Forget cached masks and plain-text verdicts (a benchmark measuring the
   // mask's computation itself).
@@ -76,16 +76,22 @@ class Matcher {
     const int32_t t = trans_[size_t(state) * 256 + b];
     return t != kUnknown ? t : compute_step(state, b);
   }
-  // The bytes that lead from state back to itself.
-  const ByteSet& loop_bytes(int32_t state);
-  // Whether every plain-text string keeps state alive: then every
-  // plain-text token is allowed there. Explores the product of the
-  // transitions with the plain-text automaton from (state, kPlainStart);
-  // false past a small budget of product states (a string that changes
-  // state with each character, under a maxLength, say).
-  bool accepts_all_plain(int32_t state);
-  // Sets the bits of the tokens of t allowed from state_ in mask_.
-  void walk(const TrieNodes& t);
+  // Whether every byte of bytes leads from state back to itself (computes
+  // transitions only up to the first that does not: in most states one).
+  bool loops_over(int32_t state, const ByteSet& bytes);
+  // How many characters of plain text state accepts, whatever they are:
+  // kAllPlain when every plain-text string keeps it alive (then every
+  // plain-text token is allowed), else k when every one of up to k
+  // characters does (0 to TokenTrie::kPlainLevels; a string with a
+  // maxLength, say). Explores the product of the transitions with the
+  // plain-text automaton from (state, kPlainStart) a character at a time,
+  // within a budget of product states.
+  int plain_levels(int32_t state);
+  static constexpr int kAllPlain = 0x7FFF;
+  // Sets the bits of the tokens of t allowed from state_ in mask_; with
+  // skip_chars > 0, t is the plain-text tokens' trie and subtrees of tokens
+  // of at most skip_chars characters are skipped (already in mask_).
+  void walk(const TrieNodes& t, int skip_chars);
   // Grows the per-state caches to the number of states.
   void fit_state_caches();
   // Past the cache limits: keep the current stacks, forget the rest.
@@ -104,10 +110,13 @@ class Matcher {
   int32_t state_ = -1;
   std::unordered_set<uint64_t> seen_;  // (pos, parent) expanded in this step already
   std::vector<int32_t> walk_;          // trie walk: the state at each depth
-  std::vector<ByteSet> loops_;         // by state, once known (loop_known_)
-  std::vector<uint8_t> loop_known_;
-  std::vector<uint8_t> plain_;   // by state: 0 unknown, 1 accepts all plain text, 2 not
-  std::vector<uint64_t> probe_;  // accepts_all_plain: product states (state << 8 | plain state)
+  std::vector<int16_t> plain_;         // by state: plain_levels, -1 unknown
+  // plain_levels: probe_mark_[state * kPlainStates + plain state] is
+  // probe_gen_ for the product states met in this call
+  std::vector<uint32_t> probe_mark_;
+  uint32_t probe_gen_ = 0;
+  std::vector<uint64_t> probe_todo_;
+  std::vector<int32_t> probe_level_, probe_next_;
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<uint64_t> mask_;
   size_t n_plain_masks_ = 0;

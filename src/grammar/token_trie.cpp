@@ -71,17 +71,42 @@ TrieNodes build_nodes(const std::vector<std::string>& bytes, std::vector<int32_t
   return t;
 }
 
+// Characters a plain-text token starts: its bytes that are not continuation bytes.
+uint16_t n_chars(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += (uint8_t(c) & 0xC0) != 0x80;
+  return uint16_t(std::min<size_t>(n, 0xFFFF));
+}
+
+// t.max_chars for a trie of plain-text tokens.
+void set_max_chars(TrieNodes& t, const std::vector<std::string>& bytes) {
+  const size_t n = t.n_nodes();
+  t.max_chars.assign(n, 0);
+  for (size_t i = n; i-- > 0;) {  // children before parents
+    uint16_t m = 0;
+    for (uint32_t k = t.tok_begin[i]; k < t.tok_begin[i + 1]; ++k)
+      m = std::max(m, n_chars(bytes[size_t(t.tokens[k])]));
+    for (size_t c = i + 1; c < t.end[i]; c = t.end[c]) m = std::max(m, t.max_chars[c]);
+    t.max_chars[i] = m;
+  }
+}
+
 }  // namespace
 
 TokenTrie::TokenTrie(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
-  std::vector<int32_t> all, rest;
-  plain_mask_.assign((bytes_.size() + 63) / 64, 0);
+  std::vector<int32_t> all, rest, plain;
+  const size_t n_words = (bytes_.size() + 63) / 64;
+  plain_mask_.assign(n_words, 0);
+  plain_upto_.assign(size_t(kPlainLevels), std::vector<uint64_t>(n_words, 0));
   for (size_t id = 0; id < bytes_.size(); ++id) {
     const std::string& s = bytes_[id];
     if (s.empty() || s.size() > kMaxTokenBytes) continue;
     all.push_back(int32_t(id));
     if (is_plain_text(s)) {
       plain_mask_[id >> 6] |= uint64_t(1) << (id & 63);
+      for (int k = n_chars(s); k <= kPlainLevels; ++k)
+        plain_upto_[size_t(k - 1)][id >> 6] |= uint64_t(1) << (id & 63);
+      plain.push_back(int32_t(id));
       ++n_plain_;
     } else {
       rest.push_back(int32_t(id));
@@ -89,6 +114,8 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes) : bytes_(std::move(bytes)) 
   }
   all_ = build_nodes(bytes_, std::move(all));
   rest_ = build_nodes(bytes_, std::move(rest));
+  plain_ = build_nodes(bytes_, std::move(plain));
+  set_max_chars(plain_, bytes_);
 }
 
 std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tk) {

@@ -1,9 +1,12 @@
 // The vocabulary as a trie of each token's bytes, laid out in preorder so
 // that a walk is a loop over arrays: a subtree the grammar rejects is
 // skipped in one jump, and a prefix shared by many tokens is matched once.
-// Next to it, the plain-text tokens (grammar/plain_text.h) as a bitmask and
+// Next to it, the plain-text tokens (grammar/plain_text.h) as bitmasks and
 // a second trie of every other token: where a grammar state accepts all of
-// plain text, the mask is that bitmask and a walk of the small trie.
+// plain text, the mask is that bitmask and a walk of the small trie; where
+// it accepts all plain text up to k characters (a string with a
+// maxLength), the bitmask of the plain tokens up to k characters, the small
+// trie and the plain tokens' trie past k characters.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,9 @@ struct TrieNodes {
   // without walking it.
   std::vector<int32_t> below;
   std::vector<ByteSet> subtree_bytes;
+  // The plain-text tokens' trie only: the most characters a token below
+  // node i starts (a token ending inside a character counts it).
+  std::vector<uint16_t> max_chars;
   size_t max_depth = 0;
   size_t n_nodes() const { return byte.size(); }
   static constexpr uint32_t kMinSummarized = 16;  // subtree nodes
@@ -59,11 +65,18 @@ class TokenTrie {
   size_t n_plain() const { return n_plain_; }
   // The tokens with bytes that are not plain text.
   const TrieNodes& rest_nodes() const { return rest_; }
+  // The plain-text tokens, with max_chars.
+  const TrieNodes& plain_nodes() const { return plain_; }
+  // Bit id set for each plain-text token of at most k characters, k in
+  // [1, kPlainLevels].
+  static constexpr int kPlainLevels = 16;
+  const std::vector<uint64_t>& plain_upto(int k) const { return plain_upto_[size_t(k - 1)]; }
 
  private:
   std::vector<std::string> bytes_;
-  TrieNodes all_, rest_;
+  TrieNodes all_, rest_, plain_;
   std::vector<uint64_t> plain_mask_;
+  std::vector<std::vector<uint64_t>> plain_upto_;
   size_t n_plain_ = 0;
 };
 
