@@ -302,7 +302,8 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
     ++n_plain_masks_;
   } else {
     mask_.assign(n_words, 0);
-    walk(trie.nodes(), 0);
+    walk(trie.rest_nodes(), 0);
+    walk(trie.plain_nodes(), 0);
   }
   if (masks_.size() >= kMaxCachedMasks) masks_.clear();
   return masks_[state_] = mask_;

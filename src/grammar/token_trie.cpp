@@ -94,14 +94,13 @@ void set_max_chars(TrieNodes& t, const std::vector<std::string>& bytes) {
 }  // namespace
 
 TokenTrie::TokenTrie(std::vector<std::string> bytes) : bytes_(std::move(bytes)) {
-  std::vector<int32_t> all, rest, plain;
+  std::vector<int32_t> rest, plain;
   const size_t n_words = (bytes_.size() + 63) / 64;
   plain_mask_.assign(n_words, 0);
   plain_upto_.assign(size_t(kPlainLevels), std::vector<uint64_t>(n_words, 0));
   for (size_t id = 0; id < bytes_.size(); ++id) {
     const std::string& s = bytes_[id];
     if (s.empty() || s.size() > kMaxTokenBytes) continue;
-    all.push_back(int32_t(id));
     if (is_plain_text(s)) {
       plain_mask_[id >> 6] |= uint64_t(1) << (id & 63);
       for (int k = n_chars(s); k <= kPlainLevels; ++k)
@@ -112,7 +111,6 @@ TokenTrie::TokenTrie(std::vector<std::string> bytes) : bytes_(std::move(bytes)) 
       rest.push_back(int32_t(id));
     }
   }
-  all_ = build_nodes(bytes_, std::move(all));
   rest_ = build_nodes(bytes_, std::move(rest));
   plain_ = build_nodes(bytes_, std::move(plain));
   set_max_chars(plain_, bytes_);

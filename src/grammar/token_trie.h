@@ -1,12 +1,12 @@
 // The vocabulary as a trie of each token's bytes, laid out in preorder so
 // that a walk is a loop over arrays: a subtree the grammar rejects is
 // skipped in one jump, and a prefix shared by many tokens is matched once.
-// Next to it, the plain-text tokens (grammar/plain_text.h) as bitmasks and
-// a second trie of every other token: where a grammar state accepts all of
+// Two tries: the plain-text tokens (grammar/plain_text.h), also kept as
+// bitmasks, and every other token. Where a grammar state accepts all of
 // plain text, the mask is that bitmask and a walk of the small trie; where
 // it accepts all plain text up to k characters (a string with a
 // maxLength), the bitmask of the plain tokens up to k characters, the small
-// trie and the plain tokens' trie past k characters.
+// trie and the plain tokens' trie past k characters; elsewhere both tries.
 #pragma once
 
 #include <cstdint>
@@ -56,10 +56,8 @@ class TokenTrie {
 
   int32_t n_vocab() const { return int32_t(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
-  // Every token with bytes.
-  const TrieNodes& nodes() const { return all_; }
-  size_t n_nodes() const { return all_.n_nodes(); }
-  size_t max_depth() const { return all_.max_depth; }
+  // Nodes of both tries (every token with bytes is in one).
+  size_t n_nodes() const { return plain_.n_nodes() + rest_.n_nodes(); }
   // Bit id set for each plain-text token (is_plain_text of its bytes).
   const std::vector<uint64_t>& plain_mask() const { return plain_mask_; }
   size_t n_plain() const { return n_plain_; }
@@ -74,7 +72,7 @@ class TokenTrie {
 
  private:
   std::vector<std::string> bytes_;
-  TrieNodes all_, rest_, plain_;
+  TrieNodes rest_, plain_;
   std::vector<uint64_t> plain_mask_;
   std::vector<std::vector<uint64_t>> plain_upto_;
   size_t n_plain_ = 0;
