@@ -2,7 +2,10 @@
 // (151k tokens), in the states a JSON answer passes through. "walk" is the
 // trie walk alone (the cache of masks by state dropped each time, the
 // state transitions already known); "cached" is a state met before;
-// "cold" is a fresh matcher (no transitions known yet).
+// "cold" is a fresh matcher (no transitions known yet). "answer" is what a
+// request sees: a fresh matcher follows a whole JSON answer token by token
+// (Qwen3's tokens of it), computing the mask before each; the time per
+// token is the average mask (plus advancing over the token).
 // WICK_BENCH_TOKENIZER overrides the tokenizer (default ../shared/tokenizers/qwen3).
 #include <benchmark/benchmark.h>
 
@@ -18,15 +21,24 @@ namespace {
 
 using namespace wick::grammar;
 
-std::shared_ptr<const TokenTrie> qwen3_trie() {
-  static std::shared_ptr<const TokenTrie> trie = [] {
+std::shared_ptr<const wick::Tokenizer> qwen3_tokenizer() {
+  static std::shared_ptr<const wick::Tokenizer> tk =
+      []() -> std::shared_ptr<const wick::Tokenizer> {
     const char* p = std::getenv("WICK_BENCH_TOKENIZER");
     try {
-      auto tk = wick::Tokenizer::load(p ? p : "../shared/tokenizers/qwen3");
-      return std::shared_ptr<const TokenTrie>(TokenTrie::from_tokenizer(*tk));
+      return wick::Tokenizer::load(p ? p : "../shared/tokenizers/qwen3");
     } catch (const std::exception&) {
-      return std::shared_ptr<const TokenTrie>();
+      return nullptr;
     }
+  }();
+  return tk;
+}
+
+std::shared_ptr<const TokenTrie> qwen3_trie() {
+  static std::shared_ptr<const TokenTrie> trie = [] {
+    auto tk = qwen3_tokenizer();
+    return tk ? std::shared_ptr<const TokenTrie>(TokenTrie::from_tokenizer(*tk))
+              : std::shared_ptr<const TokenTrie>();
   }();
   return trie;
 }
@@ -54,8 +66,11 @@ const char* kPrefixes[] = {
     "{\"name\": \"Ada\", \"age\": 3",                       // inside a number
     "{\"name\": \"Ada\", \"age\": 36",                      // after a value: , or } or digits
     "{\"name\": \"Ada\", \"age\": 36, \"tags\": [\"x\", ",  // in an array
+    "{\"name\": \"Ada\", \"age\": 36, \"email\": \"ada.l",  // in an email: no '@' twice
+    "{\"name\": \"Ad\xC3",                                  // inside a character
 };
-const char* kStateNames[] = {"start", "key", "in_string", "in_number", "after_value", "in_array"};
+const char* kStateNames[] = {"start",       "key",      "in_string", "in_number",
+                             "after_value", "in_array", "in_email",  "mid_char"};
 
 void BM_GrammarMask(benchmark::State& st, int which, const char* mode) {
   auto trie = qwen3_trie();
@@ -91,6 +106,74 @@ void BM_GrammarMask(benchmark::State& st, int which, const char* mode) {
   st.SetLabel(kStateNames[which]);
 }
 
+// A book review: short and long strings (non-ASCII, escapes), numbers, an
+// array, an enum; with_limits puts a maxLength on the title and the summary
+// (a state per character: the plain-text path cannot apply there).
+std::shared_ptr<const Grammar> review_grammar(bool with_limits) {
+  auto make = [](bool limits) {
+    auto schema = nlohmann::ordered_json::parse(R"({
+    "type": "object",
+    "properties": {
+      "title": {"type": "string"},
+      "author": {"type": "string"},
+      "year": {"type": "integer"},
+      "rating": {"type": "number"},
+      "verdict": {"enum": ["recommended", "mixed", "skip"]},
+      "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 6},
+      "summary": {"type": "string"}
+    },
+    "required": ["title", "author", "year", "rating", "verdict", "summary"]})");
+    if (limits) {
+      schema["properties"]["title"]["maxLength"] = 100;
+      schema["properties"]["summary"]["maxLength"] = 600;
+    }
+    return compile_gbnf(json_schema_to_gbnf(schema));
+  };
+  static auto plain = make(false), limited = make(true);
+  return with_limits ? limited : plain;
+}
+
+const char* kReview =
+    R"({"title": "Les Misérables", "author": "Victor Hugo", "year": 1862, "rating": 4.5, )"
+    R"("verdict": "recommended", "tags": ["novel", "history", "France"], "summary": "Jean )"
+    R"(Valjean, a former convict, spends decades evading the obsessive inspector Javert while )"
+    R"(raising Cosette in 19th-century Paris; Hugo's \"digressions\" on Waterloo and the sewers )"
+    R"(are long but rewarding — a humane, sweeping story about mercy and justice."})";
+
+void BM_GrammarMaskAnswer(benchmark::State& st, bool with_limits) {
+  auto tk = qwen3_tokenizer();
+  auto trie = qwen3_trie();
+  if (!tk || !trie) {
+    st.SkipWithError("no Qwen3 tokenizer: set WICK_BENCH_TOKENIZER");
+    return;
+  }
+  const std::vector<int32_t> ids = tk->encode(kReview);
+  size_t n_allowed = 0, n_plain = 0, n_states = 0;
+  for (auto _ : st) {
+    Matcher m(review_grammar(with_limits));
+    n_allowed = 0;
+    for (int32_t id : ids) {
+      const auto& mask = m.allowed(*trie);
+      n_allowed += size_t((mask[size_t(id) >> 6] >> (id & 63)) & 1);
+      if (!m.accept_token(*trie, id)) {
+        st.SkipWithError("the answer does not match its schema");
+        return;
+      }
+    }
+    n_plain = m.n_plain_masks();
+    n_states = m.n_states();
+    benchmark::DoNotOptimize(n_allowed);
+  }
+  if (n_allowed != ids.size()) st.SkipWithError("a token of the answer was masked");
+  st.SetItemsProcessed(int64_t(st.iterations()) * int64_t(ids.size()));
+  st.counters["tokens"] = double(ids.size());
+  st.counters["plain_masks"] = double(n_plain);
+  st.counters["states"] = double(n_states);
+  st.counters["per_token"] =
+      benchmark::Counter(double(st.iterations()) * double(ids.size()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 void BM_TokenTrieBuild(benchmark::State& st) {
   const char* p = std::getenv("WICK_BENCH_TOKENIZER");
   std::unique_ptr<wick::Tokenizer> tk;
@@ -100,18 +183,27 @@ void BM_TokenTrieBuild(benchmark::State& st) {
     st.SkipWithError(e.what());
     return;
   }
-  for (auto _ : st) benchmark::DoNotOptimize(TokenTrie::from_tokenizer(*tk));
+  std::shared_ptr<const TokenTrie> trie;
+  for (auto _ : st) benchmark::DoNotOptimize(trie = TokenTrie::from_tokenizer(*tk));
+  st.counters["nodes"] = double(trie->n_nodes());
+  st.counters["plain_tokens"] = double(trie->n_plain());
+  st.counters["rest_tokens"] = double(trie->rest_nodes().tokens.size());
+  st.counters["rest_nodes"] = double(trie->rest_nodes().n_nodes());
 }
 
 }  // namespace
 
 BENCHMARK(BM_TokenTrieBuild)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GrammarMaskAnswer, review, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GrammarMaskAnswer, review_max_length, true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, start_walk, 0, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, key_walk, 1, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_walk, 2, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_number_walk, 3, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, after_value_walk, 4, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_array_walk, 5, "walk")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_GrammarMask, in_email_walk, 6, "walk")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_GrammarMask, mid_char_walk, 7, "walk")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_cached, 2, "cached")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, in_string_cold, 2, "cold")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_GrammarMask, key_cold, 1, "cold")->Unit(benchmark::kMicrosecond);

@@ -558,7 +558,32 @@ std::shared_ptr<const Grammar> compile_gbnf(std::string_view text) {
       g->elems.push_back({Grammar::Kind::End, int32_t(r)});
     }
   }
+  set_byte_classes(*g);
   return g;
+}
+
+void set_byte_classes(Grammar& g) {
+  // refine one partition set by set: a class splits into its bytes in the
+  // set and those outside it
+  std::array<uint16_t, 256> cls{};
+  size_t n_classes = 1;
+  std::array<int16_t, 512> renum;
+  for (const ByteSet& s : g.sets) {
+    renum.fill(-1);
+    size_t n_next = 0;
+    for (unsigned b = 0; b < 256; ++b) {
+      const size_t key = size_t(cls[b]) * 2 + has_byte(s, uint8_t(b));
+      if (renum[key] < 0) renum[key] = int16_t(n_next++);
+      cls[b] = uint16_t(renum[key]);
+    }
+    n_classes = n_next;
+    if (n_classes == 256) break;  // every byte alone already
+  }
+  g.class_bytes.assign(n_classes, {});
+  for (unsigned b = 0; b < 256; ++b) {
+    g.byte_class[b] = uint8_t(cls[b]);
+    g.class_bytes[cls[b]].push_back(uint8_t(b));
+  }
 }
 
 }  // namespace wick::grammar

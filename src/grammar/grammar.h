@@ -49,7 +49,15 @@ struct Grammar {
   std::vector<std::vector<int32_t>> alts;  // rule -> start of each alternative in elems
   std::vector<std::string> rule_names;     // generated rules are named "<parent>-<n>"
   int32_t root = -1;
+  // Bytes that lie in exactly the same sets form a class: from any state
+  // they lead to the same state, so the matcher computes one transition per
+  // class. class_bytes[c]: the bytes of class c (set_byte_classes fills both).
+  std::array<uint8_t, 256> byte_class{};
+  std::vector<std::vector<uint8_t>> class_bytes;
 };
+
+// Fills g.byte_class and g.class_bytes from g.sets.
+void set_byte_classes(Grammar& g);
 
 // Limits on what one grammar may build (a request's grammar is user input).
 inline constexpr size_t kMaxGrammarBytes = 1 << 20;  // GBNF text

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "grammar/plain_text.h"
+
 namespace wick::grammar {
 
 namespace {
@@ -11,6 +13,24 @@ constexpr size_t kMaxNodes = 1 << 20;  // interned stack nodes
 constexpr size_t kMaxStacks = 1024;    // stacks in one state (an ambiguous grammar)
 constexpr int kMaxExpandDepth = 4096;  // rules entered without a byte in between
 constexpr size_t kMaxCachedMasks = 256;
+// Product states plain_levels explores before it stops (inside a plain
+// JSON string: the string state and about twenty mid-character states; in
+// a string with a maxLength, about as many per character).
+constexpr size_t kMaxPlainProbe = 512;
+
+// The bytes the plain-text automaton takes from each of its states.
+struct PlainBytes {
+  std::array<std::vector<uint8_t>, kPlainStates> of;
+  PlainBytes() {
+    for (size_t u = 0; u < kPlainStates; ++u)
+      for (unsigned b = 0; b < 256; ++b)
+        if (kPlainTable[u][b] != kPlainInvalid) of[u].push_back(uint8_t(b));
+  }
+};
+const PlainBytes& plain_bytes() {
+  static const PlainBytes p;
+  return p;
+}
 }  // namespace
 
 size_t Matcher::VecHash::operator()(const std::vector<int32_t>& v) const {
@@ -86,7 +106,9 @@ int32_t Matcher::compute_step(int32_t state, uint8_t b) {
       expand(n.pos + 1, n.parent, next, 0);
   }
   const int32_t t = intern_set(next);
-  trans_[size_t(state) * 256 + b] = t;
+  // the same for every byte in the same sets
+  int32_t* row = trans_.data() + size_t(state) * 256;
+  for (uint8_t c : g_->class_bytes[g_->byte_class[b]]) row[c] = t;
   return t;
 }
 
@@ -105,8 +127,8 @@ void Matcher::compact() {
   sets_.clear();
   set_ids_.clear();
   trans_.clear();
-  loops_.clear();
-  loop_known_.clear();
+  plain_.clear();
+  probe_mark_.clear();
   masks_.clear();
   std::vector<int32_t> ids;
   for (const auto& s : stacks) {
@@ -148,23 +170,115 @@ bool Matcher::must_end() const {
   return sets_[size_t(state_)].size() == 1 && can_end();
 }
 
-const ByteSet& Matcher::loop_bytes(int32_t state) {
-  if (loops_.size() <= size_t(state)) {
-    loops_.resize(sets_.size());
-    loop_known_.resize(sets_.size(), 0);
+void Matcher::fit_state_caches() {
+  if (plain_.size() < sets_.size()) plain_.resize(sets_.size(), -1);
+}
+
+bool Matcher::loops_over(int32_t state, const ByteSet& bytes) {
+  for (unsigned w = 0; w < 4; ++w)
+    for (uint64_t bits = bytes[w]; bits; bits &= bits - 1)
+      if (step(state, uint8_t(w * 64 + unsigned(__builtin_ctzll(bits)))) != state) return false;
+  return true;
+}
+
+int Matcher::plain_levels(int32_t state) {
+  fit_state_caches();
+  if (plain_[size_t(state)] >= 0) return plain_[size_t(state)];
+  // Level c: the grammar states after c whole characters. Expanding it over
+  // the next character (its bytes through the mid-character product
+  // states) either meets kDead (then exactly the strings of up to c
+  // characters are known to live) or gives level c + 1: the states not met
+  // before, since the continuations of one met before were expanded then.
+  // No new state at all: every plain-text string lives.
+  const PlainBytes& pb = plain_bytes();
+  auto key = [](int32_t g, uint8_t u) { return uint64_t(uint32_t(g)) << 8 | u; };
+  size_t n_met = 0;
+  auto meet = [&](int32_t g, uint8_t u) {  // false when met before in this call
+    const size_t i = size_t(g) * kPlainStates + u;
+    if (probe_mark_.size() <= i) probe_mark_.resize(sets_.size() * kPlainStates, 0);
+    if (probe_mark_[i] == probe_gen_) return false;
+    probe_mark_[i] = probe_gen_;
+    ++n_met;
+    return true;
+  };
+  if (++probe_gen_ == 0) {  // wrapped: old marks could match
+    std::fill(probe_mark_.begin(), probe_mark_.end(), 0);
+    probe_gen_ = 1;
   }
-  if (!loop_known_[size_t(state)]) {
-    ByteSet s{};
-    for (unsigned b = 0; b < 256; ++b)
-      if (step(state, uint8_t(b)) == state) s[b >> 6] |= uint64_t(1) << (b & 63);
-    if (loops_.size() < sets_.size()) {  // step() may have added states
-      loops_.resize(sets_.size());
-      loop_known_.resize(sets_.size(), 0);
+  meet(state, kPlainStart);
+  probe_level_.assign(1, state);
+  int levels = 0;
+  for (;; ++levels) {
+    if (probe_level_.empty()) {
+      levels = kAllPlain;
+      break;
     }
-    loops_[size_t(state)] = s;
-    loop_known_[size_t(state)] = 1;
+    if (levels == TokenTrie::kPlainLevels) break;
+    probe_next_.clear();
+    probe_todo_.clear();
+    for (int32_t g : probe_level_) probe_todo_.push_back(key(g, kPlainStart));
+    bool alive = true;
+    while (alive && !probe_todo_.empty()) {
+      const int32_t g = int32_t(probe_todo_.back() >> 8);
+      const uint8_t u = uint8_t(probe_todo_.back() & 0xFF);
+      probe_todo_.pop_back();
+      for (uint8_t b : pb.of[u]) {
+        const int32_t t = step(g, b);
+        const uint8_t v = kPlainTable[u][b];
+        if (t == kDead || n_met >= kMaxPlainProbe) {
+          alive = false;  // kDead; or unknown past the budget: the walk decides
+          break;
+        }
+        if (!meet(t, v)) continue;
+        if (v == kPlainStart)
+          probe_next_.push_back(t);
+        else
+          probe_todo_.push_back(key(t, v));
+      }
+    }
+    if (!alive) break;
+    probe_level_.swap(probe_next_);
   }
-  return loops_[size_t(state)];
+  fit_state_caches();  // step() may have added states
+  plain_[size_t(state)] = int16_t(levels);
+  return levels;
+}
+
+void Matcher::walk(const TrieNodes& trie, int skip_chars) {
+  walk_.resize(trie.max_depth + 1);
+  walk_[0] = state_;
+  const uint8_t* byte = trie.byte.data();
+  const uint16_t* depth = trie.depth.data();
+  const uint32_t* end = trie.end.data();
+  const uint32_t* tok_begin = trie.tok_begin.data();
+  const int32_t* tokens = trie.tokens.data();
+  const int32_t* below = trie.below.data();
+  const uint16_t* max_chars = skip_chars > 0 ? trie.max_chars.data() : nullptr;
+  const uint32_t n = uint32_t(trie.n_nodes());
+  for (uint32_t i = 1; i < n;) {
+    if (max_chars && max_chars[i] <= skip_chars) {  // every token below is in mask_
+      i = end[i];
+      continue;
+    }
+    const uint16_t d = depth[i];
+    const int32_t t = step(walk_[d - 1u], byte[i]);
+    if (t == kDead) {  // no token below this prefix can follow
+      i = end[i];
+      continue;
+    }
+    walk_[d] = t;
+    if (below[i] >= 0) {  // every token below loops on t: all allowed, none walked
+      if (loops_over(t, trie.subtree_bytes[size_t(below[i])])) {
+        for (uint32_t k = tok_begin[i]; k < tok_begin[end[i]]; ++k)
+          mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
+        i = end[i];
+        continue;
+      }
+    }
+    for (uint32_t k = tok_begin[i]; k < tok_begin[i + 1]; ++k)
+      mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
+    ++i;
+  }
 }
 
 const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
@@ -176,38 +290,20 @@ const std::vector<uint64_t>& Matcher::allowed(const TokenTrie& trie) {
   compact();
   if (auto it = masks_.find(state_); it != masks_.end() && it->second.size() == n_words)
     return it->second;
-  mask_.assign(n_words, 0);
-  walk_.resize(trie.max_depth() + 1);
-  walk_[0] = state_;
-  const uint8_t* byte = trie.byte_.data();
-  const uint16_t* depth = trie.depth_.data();
-  const uint32_t* end = trie.end_.data();
-  const uint32_t* tok_begin = trie.tok_begin_.data();
-  const int32_t* tokens = trie.tokens_.data();
-  const int32_t* below = trie.below_.data();
-  const uint32_t n = uint32_t(trie.n_nodes());
-  for (uint32_t i = 1; i < n;) {
-    const uint16_t d = depth[i];
-    const int32_t t = step(walk_[d - 1u], byte[i]);
-    if (t == kDead) {  // no token below this prefix can follow
-      i = end[i];
-      continue;
-    }
-    walk_[d] = t;
-    if (below[i] >= 0) {  // every token below loops on t: all allowed, none walked
-      const ByteSet& sub = trie.subtree_bytes_[size_t(below[i])];
-      const ByteSet& loop = loop_bytes(t);
-      if (!(sub[0] & ~loop[0]) && !(sub[1] & ~loop[1]) && !(sub[2] & ~loop[2]) &&
-          !(sub[3] & ~loop[3])) {
-        for (uint32_t k = tok_begin[i]; k < tok_begin[end[i]]; ++k)
-          mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
-        i = end[i];
-        continue;
-      }
-    }
-    for (uint32_t k = tok_begin[i]; k < tok_begin[i + 1]; ++k)
-      mask_[size_t(tokens[k]) >> 6] |= uint64_t(1) << (tokens[k] & 63);
-    ++i;
+  const int levels = trie.n_plain() > 0 ? plain_levels(state_) : 0;
+  if (levels == kAllPlain) {
+    mask_ = trie.plain_mask();
+    walk(trie.rest_nodes(), 0);
+    ++n_plain_masks_;
+  } else if (levels > 0) {
+    mask_ = trie.plain_upto(levels);
+    walk(trie.rest_nodes(), 0);
+    walk(trie.plain_nodes(), levels);
+    ++n_plain_masks_;
+  } else {
+    mask_.assign(n_words, 0);
+    walk(trie.rest_nodes(), 0);
+    walk(trie.plain_nodes(), 0);
   }
   if (masks_.size() >= kMaxCachedMasks) masks_.clear();
   return masks_[state_] = mask_;

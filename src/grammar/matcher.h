@@ -6,6 +6,9 @@
 // lazily over the states this request visits. The allowed-token mask walks
 // the vocabulary's trie with those transitions, and masks are cached by
 // state (inside a JSON string, every token starts from the same state).
+// A state that accepts every plain-text string (grammar/plain_text.h; what
+// a JSON string's characters are) takes the trie's plain-text tokens as
+// one bitmask and walks only the small trie of the others.
 //
 // One matcher per sequence; it is not thread-safe and allocates only when
 // it meets a state or transition for the first time.
@@ -47,8 +50,14 @@ class Matcher {
   // counters, for tests and benchmarks
   size_t n_states() const { return sets_.size(); }
   size_t n_nodes() const { return nodes_.size(); }
-  // Forget cached masks (a benchmark measuring the walk itself).
-  void drop_mask_cache() { masks_.clear(); }
+  // masks that took plain-text tokens as a bitmask (plain_levels > 0)
+  size_t n_plain_masks() const { return n_plain_masks_; }
+  // Forget cached masks and plain-text verdicts (a benchmark measuring the
+  // mask's computation itself).
+  void drop_mask_cache() {
+    masks_.clear();
+    plain_.clear();
+  }
 
  private:
   struct Node {
@@ -67,8 +76,24 @@ class Matcher {
     const int32_t t = trans_[size_t(state) * 256 + b];
     return t != kUnknown ? t : compute_step(state, b);
   }
-  // The bytes that lead from state back to itself.
-  const ByteSet& loop_bytes(int32_t state);
+  // Whether every byte of bytes leads from state back to itself (computes
+  // transitions only up to the first that does not: in most states one).
+  bool loops_over(int32_t state, const ByteSet& bytes);
+  // How many characters of plain text state accepts, whatever they are:
+  // kAllPlain when every plain-text string keeps it alive (then every
+  // plain-text token is allowed), else k when every one of up to k
+  // characters does (0 to TokenTrie::kPlainLevels; a string with a
+  // maxLength, say). Explores the product of the transitions with the
+  // plain-text automaton from (state, kPlainStart) a character at a time,
+  // within a budget of product states.
+  int plain_levels(int32_t state);
+  static constexpr int kAllPlain = 0x7FFF;
+  // Sets the bits of the tokens of t allowed from state_ in mask_; with
+  // skip_chars > 0, t is the plain-text tokens' trie and subtrees of tokens
+  // of at most skip_chars characters are skipped (already in mask_).
+  void walk(const TrieNodes& t, int skip_chars);
+  // Grows the per-state caches to the number of states.
+  void fit_state_caches();
   // Past the cache limits: keep the current stacks, forget the rest.
   void compact();
 
@@ -85,10 +110,16 @@ class Matcher {
   int32_t state_ = -1;
   std::unordered_set<uint64_t> seen_;  // (pos, parent) expanded in this step already
   std::vector<int32_t> walk_;          // trie walk: the state at each depth
-  std::vector<ByteSet> loops_;         // by state, once known (loop_known_)
-  std::vector<uint8_t> loop_known_;
+  std::vector<int16_t> plain_;         // by state: plain_levels, -1 unknown
+  // plain_levels: probe_mark_[state * kPlainStates + plain state] is
+  // probe_gen_ for the product states met in this call
+  std::vector<uint32_t> probe_mark_;
+  uint32_t probe_gen_ = 0;
+  std::vector<uint64_t> probe_todo_;
+  std::vector<int32_t> probe_level_, probe_next_;
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;
   std::vector<uint64_t> mask_;
+  size_t n_plain_masks_ = 0;
 };
 
 }  // namespace wick::grammar
