@@ -10,9 +10,11 @@ sentences each) with one fact planted ("The access code of NAME is NUMBER.").
            documents in another order, another question), greedy, 1 token;
            time of the whole request, as a client sees its first token.
   quality  --queries RAG questions; the first --tokens greedy tokens with the
-           span cache (each --recompute setting) against a server without it
+           span cache (each --recompute setting, then each --settings K:R, i.e.
+           --span-recompute K --span-blend R) against a server without it
            (full prefill of the same messages): top-1 agreement per position,
-           exact match, and how often the planted number is in the answer.
+           exact match, how often the planted number is in the answer, and
+           the span tokens computed again per query.
 
 Standard library only (runs where `pip` is not available, e.g. a GPU box).
 Example: scripts/bench_spans.py --wick build/bin/wick --model ~/.cache/wick/models/smollm2.gguf
@@ -121,15 +123,19 @@ def quality(args, model):
         k = rng.randrange(len(who))
         cases.append((docs, f"What is the access code of {who[k]}? Answer with the number.", codes[k]))
 
+    redone = []  # span tokens computed again, per query of the last setting
+
     def answers(extra, warm):
         srv = Server(args.wick, args.model, *extra, *args.serve_args)
         out = []
+        redone.clear()
         try:
             for docs, q, _ in cases:
                 if warm:  # the documents cached by an earlier query, in another order
                     srv.query(query(docs[::-1], "Summarise.", 1, model))
                 r, _ = srv.query(query(docs, q, args.tokens, model))
                 out.append(r["choices"][0]["message"]["content"])
+                redone.append(r["usage"].get("span_cache", {}).get("tokens_recomputed", 0))
         finally:
             srv.stop()
         return out
@@ -140,11 +146,15 @@ def quality(args, model):
     ref = answers([], False)
     acc_ref = sum(str(c) in a for a, (_, _, c) in zip(ref, cases)) / len(cases)
     print(f"full prefill: answer accuracy {acc_ref:.0%}", flush=True)
-    print("\n| setting | exact match | agreement per word (first words) | answer accuracy |")
-    print("|---|---|---|---|")
-    print(f"| full prefill (reference) | 100% | 100% | {acc_ref:.0%} |")
-    for k in args.recompute:
-        got = answers(["--span-cache", "--span-recompute", str(k)], True)
+    print("\n| setting | exact match | agreement per word (first words) | answer accuracy | span tokens recomputed per query |")
+    print("|---|---|---|---|---|")
+    print(f"| full prefill (reference) | 100% | 100% | {acc_ref:.0%} | |")
+    settings = [(k, 0.0) for k in args.recompute]
+    for st in args.settings:
+        k, _, r = st.partition(":")
+        settings.append((int(k), float(r or 0)))
+    for k, blend in settings:
+        got = answers(["--span-cache", "--span-recompute", str(k), "--span-blend", str(blend)], True)
         exact = sum(g == r for g, r in zip(got, ref)) / len(cases)
         agree = []
         for g, r in zip(got, ref):
@@ -152,7 +162,9 @@ def quality(args, model):
             n = max(len(gw), len(rw), 1)
             agree.append(sum(1 for i in range(min(len(gw), len(rw))) if gw[i] == rw[i]) / n)
         acc = sum(str(c) in a for a, (_, _, c) in zip(got, cases)) / len(cases)
-        print(f"| span cache, recompute {k} | {exact:.0%} | {sum(agree) / len(agree):.0%} | {acc:.0%} |", flush=True)
+        name = f"recompute {k}" + (f", blend {blend:g}" if blend else "")
+        print(f"| span cache, {name} | {exact:.0%} | {sum(agree) / len(agree):.0%} | {acc:.0%} | "
+              f"{sum(redone) / len(redone):.0f} |", flush=True)
 
 
 def main():
@@ -164,7 +176,9 @@ def main():
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--quality-docs", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--recompute", type=int, nargs="+", default=[0, 16, 32])
+    ap.add_argument("--recompute", type=int, nargs="*", default=[0, 16, 32])
+    ap.add_argument("--settings", nargs="*", default=[],
+                    help="more quality settings K:R (--span-recompute K --span-blend R), e.g. 0:0.15")
     ap.add_argument("--serve", default="", help="more `wick serve` options, e.g. '--device cuda'")
     args = ap.parse_args()
     args.serve_args = shlex.split(args.serve)

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -16,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/model_pool.h"
 #include "engine/session.h"
+#include "engine/span_blend.h"
 #include "engine/span_prompt.h"
 #include "helpers.h"
 #include "text/chat_template.h"
@@ -33,7 +35,7 @@ Tokens random_tokens(std::mt19937& rng, int n, int64_t n_vocab) {
 
 // prefix, the documents as spans, then the question; greedy
 GenerateRequest span_request(const Tokens& prefix, const std::vector<Tokens>& docs,
-                             const Tokens& question, int32_t recompute = -1) {
+                             const Tokens& question, int32_t recompute = -1, float blend = -1.f) {
   GenerateRequest r;
   r.prompt = prefix;
   for (const auto& d : docs) {
@@ -43,6 +45,7 @@ GenerateRequest span_request(const Tokens& prefix, const std::vector<Tokens>& do
   }
   r.prompt.insert(r.prompt.end(), question.begin(), question.end());
   r.span_recompute = recompute;
+  r.span_blend = blend;
   r.sampling = SamplingParams::greedy();
   r.max_tokens = 8;
   r.ignore_eos = true;
@@ -133,27 +136,111 @@ TEST_P(SpanEngineArch, RecomputingEverySpanTokenEqualsFullPrefill) {
   }
 }
 
+// Blending every span token (span_blend 1, no fixed prefix) chooses every
+// position after a measure pass: full prefill again, in one pass and with
+// the measure and redo rows in chunks of 5; holes included.
+TEST_P(SpanEngineArch, BlendingEverySpanTokenEqualsFullPrefill) {
+  for (bool holes : {false, true}) {
+    if (holes && m_->config().sliding_window > 0) continue;
+    const Tokens prefix = random(holes ? 5 : 16), question = random(7);
+    const std::vector<Tokens> docs = holes ? std::vector<Tokens>{random(20), random(9), random(33)}
+                                           : std::vector<Tokens>{random(32), random(16)};
+    for (int32_t chunk : {0, 5}) {
+      GenerateRequest r = span_request(prefix, docs, question, 0, 1.f);
+      r.prefill_chunk = chunk;
+      GenerateRequest plain = r;
+      plain.spans.clear();
+      Engine e(m_, span_config()), ref(m_, span_config());
+      const auto got = run_one(e, r), want = run_one(ref, plain);
+      const std::string what =
+          std::string(holes ? "holes" : "no holes") + ", chunk " + std::to_string(chunk);
+      EXPECT_EQ(got.tokens, want.tokens) << what;
+      EXPECT_LT(rel_err(got.first_logits, want.first_logits), 1e-5) << what;
+      const int32_t n_docs = n_tokens(docs);
+      EXPECT_EQ(got.n_span_recomputed, n_docs) << what;
+      EXPECT_EQ(got.n_prefilled, int32_t(prefix.size()) + 2 * n_docs + 7) << what;
+      EXPECT_EQ(e.blocks().n_used(), 0) << what;
+    }
+  }
+}
+
+// The measure pass gives, for each token of a placed span, the distance
+// between its layer-1 K/V in a full prefill of the same layout and the
+// cached span's (computed alone): checked against both computed by hand.
+TEST_P(SpanEngineArch, MeasurePassGivesTheKvDeviationFromFullPrefill) {
+  const auto& c = m_->config();
+  if (c.n_layer < 2) GTEST_SKIP() << "one layer";
+  const int32_t bs = 16;
+  const Tokens prefix = random(16), doc = random(27);
+  using Fills = std::vector<std::pair<int32_t, int32_t>>;
+  auto forward_rows = [&](KvStore& kv, const Tokens& table, const Fills& fills,
+                          const Tokens& tokens, int32_t first, bool measure) {
+    Batch b;
+    b.block_tables = {table};
+    b.block_fills = {fills};
+    for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], first + int32_t(i), 0, false);
+    ForwardScratch s;
+    std::vector<float> out(tokens.size());
+    ForwardOptions opt;
+    opt.kv_deviation = measure;
+    forward(cpu_backend(), c, m_->model->weights, b, kv, s, out.data(), opt);
+    return out;
+  };
+  // blocks 0: prefix; 1-2: the span alone; 3-4: the span after the prefix (full prefill)
+  auto kv = cpu_backend().make_kv(c.n_layer, 8, bs, c.kv_dim(), true);
+  const Fills span_fills{{0, 16}, {0, 11}};
+  forward_rows(*kv, {0}, {{0, 16}}, prefix, 0, false);
+  forward_rows(*kv, {1, 2}, span_fills, doc, 0, false);
+  forward_rows(*kv, {0, 3, 4}, {{0, 16}, {0, 16}, {0, 11}}, doc, 16, false);
+  // measured where the span's cached blocks stand after the prefix
+  const auto got = forward_rows(*kv, {0, 1, 2}, {{0, 16}, {0, 16}, {0, 11}}, doc, 16, true);
+  const int64_t d = c.kv_dim();
+  std::vector<float> want(doc.size());
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const int64_t cached = (1 + int64_t(i) / bs) * bs + int64_t(i) % bs,
+                  full = (3 + int64_t(i) / bs) * bs + int64_t(i) % bs;
+    double sum = 0;
+    for (const float* base : {kv->k_layer<float>(1), kv->v_layer<float>(1)})
+      for (int64_t j = 0; j < d; ++j) {
+        const double diff = double(base[full * d + j]) - double(base[cached * d + j]);
+        sum += diff * diff;
+      }
+    want[i] = float(sum);
+  }
+  EXPECT_LT(rel_err(got, want), 1e-4);
+  EXPECT_GT(*std::max_element(want.begin(), want.end()), 0.f);  // the context matters
+  // and a span measured with nothing before it deviates nowhere
+  const auto alone = forward_rows(*kv, {1, 2}, span_fills, doc, 0, true);
+  EXPECT_EQ(*std::max_element(alone.begin(), alone.end()), 0.f);
+}
+
 // The engine's layout built by hand (forward() on a KV store with pre-RoPE
 // keys): each span computed alone at positions 0.., its first blocks copied
 // and its first k tokens computed again in place, the question after; each
 // span and the question start a block. Returns the last token's logits.
 std::vector<float> hand_built(const Model& m, const Tokens& prefix, const std::vector<Tokens>& docs,
-                              const Tokens& question, int32_t k) {
+                              const Tokens& question, int32_t k, float blend = 0.f) {
   const auto& c = m.config;
   const int32_t bs = 16;
   auto kv = cpu_backend().make_kv(c.n_layer, 64, bs, c.kv_dim(), true);
   int32_t next_block = 0;
   using Fills = std::vector<std::pair<int32_t, int32_t>>;
-  auto run = [&](const Tokens& table, const Fills& fills, const Tokens& tokens, int32_t first) {
+  // tokens at positions (default first, first + 1, ...); the last one's logits
+  // (measure: every row's deviation)
+  auto run = [&](const Tokens& table, const Fills& fills, const Tokens& tokens, int32_t first,
+                 Tokens positions = {}, bool measure = false) {
     Batch b;
     b.block_tables = {table};
     b.block_fills = {fills};
     for (size_t i = 0; i < tokens.size(); ++i)
-      b.add(tokens[i], first + int32_t(i), 0, i + 1 == tokens.size());
+      b.add(tokens[i], positions.empty() ? first + int32_t(i) : positions[i], 0,
+            !measure && i + 1 == tokens.size());
     ForwardScratch s;
-    std::vector<float> logits(size_t(c.n_vocab));
-    forward(cpu_backend(), c, m.weights, b, *kv, s, logits.data());
-    return logits;
+    std::vector<float> out(measure ? tokens.size() : size_t(c.n_vocab));
+    ForwardOptions opt;
+    opt.kv_deviation = measure;
+    forward(cpu_backend(), c, m.weights, b, *kv, s, out.data(), opt);
+    return out;
   };
   // blocks for n tokens from a block start: new ones, each filled up to n
   auto blocks_for = [&](int32_t n, Tokens& table, Fills& fills) {
@@ -172,10 +259,18 @@ std::vector<float> hand_built(const Model& m, const Tokens& prefix, const std::v
     Fills alone_fills;
     blocks_for(n, alone, alone_fills);
     run(alone, alone_fills, d, 0);
-    const int32_t n_redo = pos == 0 ? 0 : std::min(k, n);
+    Tokens with = table;  // the span's shared blocks placed
+    with.insert(with.end(), alone.begin(), alone.end());
+    Fills with_fills = fills;
+    with_fills.insert(with_fills.end(), alone_fills.begin(), alone_fills.end());
+    std::vector<float> dev;
+    if (pos > 0 && blend > 0.f) dev = run(with, with_fills, d, pos, {}, true);
+    const Tokens rows = pos == 0 ? Tokens{} : choose_span_rows(dev, n, k, blend);
     for (size_t i = 0; i < alone.size(); ++i) {
       int32_t b = alone[i];
-      if (int32_t(i) * bs < n_redo) {  // a private copy
+      const bool redone =
+          std::any_of(rows.begin(), rows.end(), [&](int32_t r) { return r / bs == int32_t(i); });
+      if (redone) {  // a private copy
         const std::pair<int32_t, int32_t> copy{b, next_block};
         cpu_backend().copy_blocks(*kv, std::span(&copy, 1));
         b = next_block++;
@@ -183,7 +278,9 @@ std::vector<float> hand_built(const Model& m, const Tokens& prefix, const std::v
       table.push_back(b);
       fills.push_back(alone_fills[i]);
     }
-    if (n_redo > 0) run(table, fills, Tokens(d.begin(), d.begin() + n_redo), pos);
+    Tokens toks, positions;
+    for (int32_t r : rows) toks.push_back(d[size_t(r)]), positions.push_back(pos + r);
+    if (!rows.empty()) run(table, fills, toks, 0, positions);
   }
   const int32_t q_pos = int32_t(table.size()) * bs;
   blocks_for(int32_t(question.size()), table, fills);
@@ -211,6 +308,31 @@ TEST_P(SpanEngineArch, EqualsTheLayoutBuiltByHand) {
       EXPECT_EQ(got.n_span_recomputed, std::min(k, n0) + std::min(k, n1)) << what;
       EXPECT_EQ(got.n_prefilled, 5 + n0 + (dup ? 0 : n1) + got.n_span_recomputed + 3) << what;
     }
+  }
+}
+
+// With span_blend the engine still gives the hand-built layout's logits
+// (the measure pass, the choice, copies of the blocks holding the chosen
+// positions, those rows computed at their positions), alone and with a
+// fixed prefix; a fresh engine gives the same bits.
+TEST_P(SpanEngineArch, BlendEqualsTheLayoutBuiltByHand) {
+  const Tokens prefix = random(5), question = random(3);
+  const std::vector<Tokens> docs{random(40), random(9), random(23)};
+  for (auto [k, blend] : {std::pair{0, 0.3f}, {4, 0.25f}, {0, 0.05f}}) {
+    Engine e(m_, span_config());
+    const auto req = span_request(prefix, docs, question, k, blend);
+    const auto got = run_one(e, req);
+    const auto want = hand_built(*m_->model, prefix, docs, question, k, blend);
+    const std::string what = "k " + std::to_string(k) + ", blend " + std::to_string(blend);
+    EXPECT_LT(rel_err(got.first_logits, want), 1e-5) << what;
+    int32_t n_chosen = 0;
+    for (const auto& d : docs)
+      n_chosen +=
+          std::min(int32_t(d.size()), k + int32_t(std::ceil(blend * float(d.size()) - 1e-6f)));
+    EXPECT_EQ(got.n_span_recomputed, n_chosen) << what;
+    EXPECT_EQ(e.blocks().n_used(), 0) << what;
+    Engine fresh(m_, span_config());
+    EXPECT_EQ(run_one(fresh, req).first_logits, got.first_logits) << what;
   }
 }
 
@@ -280,6 +402,7 @@ std::vector<GenerateRequest> shared_doc_requests(int64_t n_vocab, int n, uint32_
     r.max_tokens = 4 + int(rng() % 9);
     r.keep_first_logits = false;
     r.prefill_chunk = i % 3 == 0 ? 5 : 0;
+    if (i % 2 == 1) r.span_blend = 0.3f;  // a measure pass, then positions anywhere in the span
     out.push_back(r);
   }
   return out;
@@ -404,6 +527,25 @@ TEST(SpanEngine, RepairThatNeverFitsIsAnError) {
   EXPECT_EQ(e.blocks().n_used(), 0);
 }
 
+// The first n_first offsets, then the largest deviations among the rest
+// (ceil(fraction * n) of them, ties to the earlier, NaN first), in order.
+TEST(SpanBlend, ChoosesTheFirstTokensThenTheLargestDeviations) {
+  const std::vector<float> dev{9, 0, 5, 1, 5, 7, 0, 2, 3, 0};
+  EXPECT_EQ(choose_span_rows({}, 10, 3, 0.5f), (Tokens{0, 1, 2}));
+  EXPECT_EQ(choose_span_rows({}, 2, 3, 0.f), (Tokens{0, 1}));
+  EXPECT_EQ(choose_span_rows(dev, 10, 0, 0.3f), (Tokens{0, 2, 5}));
+  EXPECT_EQ(choose_span_rows(dev, 10, 0, 0.25f), (Tokens{0, 2, 5}));    // ceil(2.5)
+  EXPECT_EQ(choose_span_rows(dev, 10, 0, 0.4f), (Tokens{0, 2, 4, 5}));  // 5 and 5: both
+  EXPECT_EQ(choose_span_rows(dev, 10, 2, 0.2f), (Tokens{0, 1, 2, 5}));
+  EXPECT_EQ(choose_span_rows(dev, 10, 8, 0.5f), (Tokens{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(choose_span_rows(dev, 10, 0, 1.f).size(), 10u);
+  EXPECT_TRUE(choose_span_rows(dev, 10, 0, 0.f).empty());
+  std::vector<float> nan = dev;
+  nan[6] = NAN;
+  EXPECT_EQ(choose_span_rows(nan, 10, 0, 0.1f), (Tokens{6}));
+  EXPECT_THROW(choose_span_rows(dev, 9, 0, 0.1f), std::logic_error);
+}
+
 TEST(SpanEngine, InvalidSpanRequestsAreClearErrors) {
   WICK_REQUIRE_SHARED();
   auto m = load_model_and_tokenizer(tiny_dir("llama"));
@@ -434,6 +576,12 @@ TEST(SpanEngine, InvalidSpanRequestsAreClearErrors) {
   EXPECT_PRED2(has, error_of(e, {{7, 7}}), "span 0 [7, 7) is empty");
   EXPECT_PRED2(has, error_of(e, {{30, 40}}), "ends the prompt");
   EXPECT_PRED2(has, error_of(e, {{1, 5}}, -2), "span_recompute must be >= 0");
+  {
+    GenerateRequest r = base;
+    r.spans = {{1, 5}};
+    r.span_blend = 1.5f;
+    EXPECT_THROW(e.add_request(r, {}), GenerateError);
+  }
   // 1 token and 15 holes, 6 spans of 17 tokens (2 blocks each), 7 more: 215 positions
   std::vector<std::pair<int32_t, int32_t>> many;
   GenerateRequest longer = base;

@@ -191,6 +191,12 @@ class Backend {
     if (!kv.pre_rope) rope(k, b, s.n_head_kv, s.head_dim, inv_freq);
     kv_write(kv, il, b, k, v);
   }
+  // out[t] = |k_t - K[slot_t]|^2 + |v_t - V[slot_t]|^2: how far row t's K/V
+  // (k, v [n_tokens, kv_dim], before RoPE where the store keeps keys so) lie
+  // from what layer il of the cache holds at its slot. Reads the cache only
+  // (the span cache's selective recompute measures cached spans with it).
+  virtual void kv_deviation(const KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
+                            const float* v, float* out) = 0;
   // out [n_tokens, n_head * head_dim]: causal attention of each token over
   // its own sequence, through its block table, skipping the slots past a
   // block's fill (holes before a span); pre-RoPE keys are rotated by their

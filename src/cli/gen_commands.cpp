@@ -161,6 +161,7 @@ void register_generate(CLI::App& app) {
   static std::string prompt, prompt_ids;
   static bool raw = false, as_json = false, truncate = false;
   static int32_t n_logprobs = -1, span_recompute = 16;
+  static float span_blend = 0.f;
   static std::vector<std::string> span_files;
   cmd->add_option("--model,-m", o.model,
                   "a .gguf, a HF folder, or a stored model name (default: smollm2)")
@@ -184,6 +185,11 @@ void register_generate(CLI::App& app) {
                   "tokens at the start of each span computed again with attention over what "
                   "precedes them (default 16)")
       ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--span-blend", span_blend,
+                  "and this fraction (0-1) of each span's tokens, those whose K/V deviates most "
+                  "from the cached span's once it sees what precedes it (CacheBlend-style; "
+                  "default 0, off)")
+      ->check(CLI::Range(0.0, 1.0));
   add_gen_options(cmd, o);
   add_device_options(cmd);
   cmd->callback([] {
@@ -220,7 +226,7 @@ void register_generate(CLI::App& app) {
                                   true);
       }
     }
-    Session s(m, o.ctx_size, !spans.empty(), span_recompute, spec_config(o.spec));
+    Session s(m, o.ctx_size, !spans.empty(), span_recompute, spec_config(o.spec), span_blend);
     GenerateRequest req = make_request(o, ids);
     req.spans = spans;
     req.truncate = truncate;
@@ -379,6 +385,11 @@ void register_serve(CLI::App& app) {
                   "with --span-cache: tokens at the start of each reused span computed again "
                   "with attention over what precedes them (default 16)")
       ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--span-blend", cfg.engine.span_blend,
+                  "with --span-cache: and this fraction (0-1) of each reused span's tokens, those "
+                  "whose K/V deviates most from the cached span's once it sees what precedes it "
+                  "(CacheBlend-style, measured at layer 1; default 0, off)")
+      ->check(CLI::Range(0.0, 1.0));
   static std::string keep_alive, pooling = "mean";
   cmd->add_option("--keep-alive", keep_alive,
                   "how long a model stays loaded after a request that sets no keep_alive: a "

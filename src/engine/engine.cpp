@@ -55,6 +55,8 @@ RunnerLimits runner_limits(const EngineConfig& cfg, int32_t n_blocks) {
 // The config checked: speculative decoding's limits, a draft of the same vocabulary.
 const EngineConfig& checked(const EngineConfig& cfg, const LoadedModel& m) {
   if (auto err = cfg.spec.validate(); !err.empty()) throw std::runtime_error(err);
+  if (!(cfg.span_blend >= 0.f && cfg.span_blend <= 1.f))
+    throw std::runtime_error(fmt::format("span_blend must be in [0, 1] (got {})", cfg.span_blend));
   if (cfg.spec.draft) check_same_vocab(m, *cfg.spec.draft);
   return cfg;
 }
@@ -143,6 +145,7 @@ int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   if (!req.spans.empty()) {
     lay_out_spans(req, cfg_.block_size, *s);
     s->span_recompute = req.span_recompute >= 0 ? req.span_recompute : cfg_.span_recompute;
+    s->span_blend = req.span_blend >= 0.f ? req.span_blend : cfg_.span_blend;
     if (int32_t(s->tokens.size()) >= cfg_.n_ctx)
       throw GenerateError(fmt::format(
           "the prompt's span layout takes {} positions (spans start blocks of {}) but the "
@@ -235,7 +238,7 @@ bool Engine::step() {
     if (cfg_.before_execute) cfg_.before_execute(plan.seqs);
     runner_.copy_blocks(plan.copies);
     runner_.run(plan.seqs);
-    scheduler_.update(plan);
+    scheduler_.update(plan, runner_.deviations());
     const std::vector<Sequence*> ended = output_.update(plan.seqs, runner_);
     for (const auto& w : plan.seqs)
       if (w.n_draft) scheduler_.settle_drafts(*w.seq);  // the accepted drafts' K/V stays

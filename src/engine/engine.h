@@ -45,6 +45,7 @@ struct EngineConfig {
   // spans (GenerateRequest::spans) are computed once and reused anywhere.
   bool span_cache = false;
   int32_t span_recompute = 16;  // tokens computed again at the start of each span (default)
+  float span_blend = 0.f;       // and this fraction of each span, where K/V deviates most (0: off)
   // Speculative decoding: the method for requests that leave it to the
   // engine, the draft model (its KV cache gets as many blocks as the
   // target's), the proposers' limits.

@@ -60,27 +60,58 @@ void ModelRunner::copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs
   if (!pairs.empty()) model_->backend().copy_blocks(*kv_, pairs);
 }
 
+namespace {
+
+// The rows of one scheduled sequence into `b` as its sequence `k`.
+void add_rows(Batch& b, const ScheduledSeq& w) {
+  const Sequence& s = *w.seq;
+  const int32_t k = int32_t(b.block_tables.size());
+  b.block_tables.push_back(s.block_table);
+  auto& f = b.block_fills.emplace_back();
+  if (!s.fills.empty())  // span layouts: holes (blocks past the layout are full)
+    f.assign(s.fills.begin(),
+             s.fills.begin() + long(std::min(s.fills.size(), s.block_table.size())));
+  if (const auto& pl = s.placing; pl.pos >= 0) {  // a placed span's chosen positions
+    const auto& rows = w.measures ? pl.measure : pl.redo;
+    for (int32_t i = 0; i < w.n_tokens; ++i)
+      b.add(s.tokens[size_t(rows[size_t(i)])], rows[size_t(i)], k, false);
+    return;
+  }
+  // the sampling position, and each draft token after it, give logits
+  const int32_t first_row = w.n_tokens - 1 - w.n_draft;
+  for (int32_t i = 0; i < w.n_tokens; ++i) {
+    const int32_t pos = s.n_computed + i;
+    if (s.tokens[size_t(pos)] == kHole) continue;
+    b.add(s.tokens[size_t(pos)], pos, k, w.samples && i >= first_row);
+  }
+}
+
+}  // namespace
+
 void ModelRunner::run(std::span<const ScheduledSeq> seqs) {
   batch_.clear();
-  batch_.block_tables.resize(seqs.size());
-  batch_.block_fills.resize(seqs.size());
-  for (size_t k = 0; k < seqs.size(); ++k) {
-    const Sequence& s = *seqs[k].seq;
-    batch_.block_tables[k] = s.block_table;
-    if (!s.fills.empty()) {  // span layouts: holes (blocks past the layout are full)
-      auto& f = batch_.block_fills[k];
-      f.assign(s.fills.begin(),
-               s.fills.begin() + long(std::min(s.fills.size(), s.block_table.size())));
-    }
-    // the sampling position, and each draft token after it, give logits
-    const int32_t first_row = seqs[k].n_tokens - 1 - seqs[k].n_draft;
-    for (int32_t i = 0; i < seqs[k].n_tokens; ++i) {
-      const int32_t pos = s.n_computed + i;
-      if (s.tokens[size_t(pos)] == kHole) continue;
-      batch_.add(s.tokens[size_t(pos)], pos, int32_t(k), seqs[k].samples && i >= first_row);
-    }
+  measure_batch_.clear();
+  for (const ScheduledSeq& w : seqs) add_rows(w.measures ? measure_batch_ : batch_, w);
+  deviations_.resize(size_t(measure_batch_.n_tokens()));
+  if (!deviations_.empty()) measure(measure_batch_);  // first: the step's logits come after
+  if (batch_.n_tokens() > 0)
+    run(batch_);
+  else
+    n_rows_ = 0, row_on_host_.clear();
+}
+
+void ModelRunner::measure(Batch& b) {
+  Backend& be = model_->backend();
+  const size_t n = size_t(b.n_tokens());
+  float* out = deviations_.data();
+  if (be.device() != Device::Cpu) {
+    if (deviation_dev_.bytes() < n * 4) deviation_dev_ = be.alloc(std::max<size_t>(n, 256) * 4);
+    out = deviation_dev_.as<float>();
   }
-  run(batch_);
+  ForwardOptions opt;
+  opt.kv_deviation = true;
+  forward(*model_->device, model_->config(), b, *kv_, scratch_, out, opt);
+  if (out != deviations_.data()) be.copy_to_host(deviations_.data(), out, n * 4);
 }
 
 std::span<float> ModelRunner::logits_row(size_t r) {

@@ -34,7 +34,12 @@ class ModelRunner {
   void run(Batch& b);
   // Runs a scheduler step as one flat batch: each sequence's next n_tokens;
   // logits rows follow the sequences that sample, 1 + n_draft rows each.
+  // The rows of a sequence placing a span are its chosen positions; measure
+  // rows (ScheduledSeq::measures) run first, as a batch of their own in the
+  // forward's measure mode, and leave their deviations in deviations().
   void run(std::span<const ScheduledSeq> seqs);
+  // The last step's K/V deviations, one per measure row in plan order.
+  std::span<const float> deviations() const { return deviations_; }
   // Row r of the last step's logits on the host (copied on first use).
   std::span<float> logits_row(size_t r);
   // All of them, [n_logits, n_vocab]: run() then every row.
@@ -53,12 +58,16 @@ class ModelRunner {
 
  private:
   float* device_logits(size_t n_rows);
+  void measure(Batch& b);  // the measure rows' forward: deviations_
 
   std::shared_ptr<const LoadedModel> model_;
   RunnerLimits lim_;
   std::unique_ptr<KvStore> kv_;
   ForwardScratch scratch_;
   Batch batch_;                     // the scheduled step's, reused
+  Batch measure_batch_;             // its measure rows
+  Buffer deviation_dev_;            // their deviations in backend memory (not on the CPU)
+  std::vector<float> deviations_;   // on the host
   Buffer logits_dev_;               // backend memory (unused on the CPU)
   std::vector<float> logits_host_;  // [n_logits, n_vocab]
   std::vector<uint8_t> row_on_host_;

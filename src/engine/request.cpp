@@ -60,6 +60,8 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
         fmt::format("draft_max must be in [0, {}] (got {})", kMaxDraft, req.draft_max));
   if (req.span_recompute < -1)
     throw GenerateError(fmt::format("span_recompute must be >= 0 (got {})", req.span_recompute));
+  if (req.span_blend != -1.f && !(req.span_blend >= 0.f && req.span_blend <= 1.f))
+    throw GenerateError(fmt::format("span_blend must be in [0, 1] (got {})", req.span_blend));
 }
 
 std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx) {

@@ -46,6 +46,11 @@ struct GenerateRequest {
   // everything before them (quality repair; not for a span at position 0,
   // which has nothing before it); -1: the engine's default.
   int32_t span_recompute = -1;
+  // And this fraction (0–1) of each span's tokens, those whose K/V deviates
+  // most from the cached span's once it sees what precedes it (CacheBlend-
+  // style, measured at layer 1 by a cheap pass over the span); 0 off, -1:
+  // the engine's default.
+  float span_blend = -1.f;
   // Speculative decoding: which proposer guesses the next tokens, and at
   // most how many per step (-1: the engine's draft_max). Never changes
   // what greedy decoding gives; sampled output keeps its distribution.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/span_blend.h"
+
 namespace wick {
 
 namespace {
@@ -58,7 +60,7 @@ void Scheduler::drop_span_state(Sequence& s) {
   for (auto [src, dst] : s.pending_copies) pool_.release(src);  // dst is in the table
   s.pending_copies.clear();
   s.next_span = 0;
-  s.skip_from = s.skip_to = -1;
+  s.placing = {};  // its blocks are in the table (freed with it)
 }
 
 std::vector<Sequence*> Scheduler::running() const {
@@ -142,7 +144,8 @@ void Scheduler::preempt(Sequence& s) {
 int32_t Scheduler::catch_up(const Sequence& s) const {
   int32_t lack = int32_t(s.tokens.size()) - s.n_computed;
   if (s.next_span < s.spans.size()) lack = std::min(lack, s.spans[s.next_span].pos - s.n_computed);
-  if (s.skip_from > s.n_computed) lack = std::min(lack, s.skip_from - s.n_computed);
+  if (const auto& pl = s.placing; pl.pos >= 0)  // a placed span's rows: measured, then redone
+    lack = int32_t(pl.measure.empty() ? pl.redo.size() : pl.measure.size());
   if (s.req.prefill_chunk > 0 && s.n_computed < s.n_prompt)
     return std::min(lack, s.req.prefill_chunk);
   return lack;
@@ -180,11 +183,22 @@ void Scheduler::resolve_spans(Sequence& s) {
 
 bool Scheduler::place_spans(Sequence& s) {
   resolve_spans(s);
-  while (s.next_span < s.spans.size() && s.n_computed >= s.spans[s.next_span].pos) {
+  for (;;) {
+    Sequence::Placing& pl = s.placing;
+    if (pl.pos >= 0) {
+      if (!pl.measure.empty()) return true;  // measure rows run
+      if (!pl.copied && !copy_redo_blocks(s)) return false;
+      if (!pl.redo.empty()) return true;  // rows to compute again
+      s.n_computed = pl.end;              // the rest of the span is the cache's
+      s.placing = {};
+      while (s.n_computed < int32_t(s.tokens.size()) && s.tokens[size_t(s.n_computed)] == kHole)
+        ++s.n_computed;
+      continue;
+    }
+    if (s.next_span == s.spans.size() || s.n_computed < s.spans[s.next_span].pos) return true;
     if (!place_span(s, s.spans[s.next_span])) return false;
     ++s.next_span;
   }
-  return true;
 }
 
 bool Scheduler::place_span(Sequence& s, Sequence::Span& sp) {
@@ -192,41 +206,65 @@ bool Scheduler::place_span(Sequence& s, Sequence::Span& sp) {
   const int32_t bs = pool_.block_size(), n = int32_t(sp.tokens.size());
   if (int32_t(s.block_table.size()) != sp.pos / bs || s.n_computed != sp.pos)
     throw std::logic_error("placing a span: the sequence is not at the span's first block");
-  // The first k tokens are computed again into private copies of their
-  // blocks. A span with nothing before it already has that KV.
-  const int32_t k = sp.pos == 0 ? 0 : std::min(s.span_recompute, n);
+  s.block_table.insert(s.block_table.end(), sp.ready.begin(), sp.ready.end());
+  Sequence::Placing& pl = s.placing;
+  pl = {};
+  pl.pos = sp.pos;
+  pl.end = sp.pos + int32_t(sp.ready.size()) * bs;  // the span's last block ends here
+  pl.n_tokens = n;
+  pl.hit = sp.hit;
+  sp.ready.clear();
+  GenerateResult& r = s.result;
+  ++(sp.hit ? r.n_span_hits : r.n_span_misses);
+  // A span with nothing before it already has the K/V of a full prefill.
+  if (sp.pos > 0 && s.span_blend > 0.f) {  // measure every token first
+    pl.deviation.assign(size_t(n), 0.f);
+    for (int32_t i = 0; i < n; ++i) pl.measure.push_back(sp.pos + i);
+  } else {
+    choose_redo(s);
+  }
+  return true;
+}
+
+void Scheduler::choose_redo(Sequence& s) {
+  Sequence::Placing& pl = s.placing;
+  const int32_t k = pl.pos == 0 ? 0 : s.span_recompute;
+  pl.redo = choose_span_rows(pl.deviation, pl.n_tokens, k, s.span_blend);
+  for (int32_t& p : pl.redo) p += pl.pos;
+  pl.chosen = true;
+  const int32_t n_redo = int32_t(pl.redo.size());
+  GenerateResult& r = s.result;
+  if (pl.hit) {
+    r.n_span_reused += pl.n_tokens - n_redo;
+    r.n_reused += pl.n_tokens - n_redo;
+  }
+  r.n_span_recomputed += n_redo;
+}
+
+// The blocks of the rows to compute again become private copies (the shared
+// ones are never written): all of them or none, so that results do not vary.
+bool Scheduler::copy_redo_blocks(Sequence& s) {
+  Sequence::Placing& pl = s.placing;
+  const int32_t bs = pool_.block_size();
+  std::vector<int32_t> at;  // block table indices
+  for (int32_t p : pl.redo)
+    if (at.empty() || at.back() != p / bs) at.push_back(p / bs);
   std::vector<int32_t> copies;
-  for (int32_t i = 0; i < (k + bs - 1) / bs; ++i) {
+  for (size_t i = 0; i < at.size(); ++i) {
     copies.push_back(pool_.allocate());
-    if (copies.back() < 0) {  // no room yet: the whole repair or none, so results do not vary
+    if (copies.back() < 0) {  // no room yet
       short_of_blocks_ = true;
       copies.pop_back();
       for (int32_t b : copies) pool_.release(b);
       return false;
     }
   }
-  for (size_t i = 0; i < copies.size(); ++i) {
-    s.pending_copies.push_back({sp.ready[i], copies[i]});  // the shared block's reference moves
-    sp.ready[i] = copies[i];
+  for (size_t i = 0; i < at.size(); ++i) {
+    int32_t& b = s.block_table[size_t(at[i])];
+    s.pending_copies.push_back({b, copies[i]});  // the shared block's reference moves
+    b = copies[i];
   }
-  s.block_table.insert(s.block_table.end(), sp.ready.begin(), sp.ready.end());
-  const int32_t end = sp.pos + int32_t(sp.ready.size()) * bs;  // the span's last block ends here
-  sp.ready.clear();
-  if (k > 0) {
-    s.skip_from = sp.pos + k;
-    s.skip_to = end;
-  } else {
-    s.n_computed = end;
-  }
-  GenerateResult& r = s.result;
-  if (sp.hit) {
-    ++r.n_span_hits;
-    r.n_span_reused += n - k;
-    r.n_reused += n - k;
-  } else {
-    ++r.n_span_misses;
-  }
-  r.n_span_recomputed += k;
+  pl.copied = true;
   return true;
 }
 
@@ -256,8 +294,11 @@ SchedulerOutput Scheduler::schedule() {
   int32_t budget = lim_.max_batch_tokens;
   short_of_blocks_ = false;
   auto take = [&](Sequence& s, int32_t n) {
-    const bool samples = !s.is_span_job() && s.n_computed + n == int32_t(s.tokens.size());
-    out.seqs.push_back({&s, n, samples, samples ? s.n_draft : 0});
+    const bool placing = s.placing.pos >= 0;
+    const bool samples =
+        !s.is_span_job() && !placing && s.n_computed + n == int32_t(s.tokens.size());
+    out.seqs.push_back(
+        {&s, n, samples, samples ? s.n_draft : 0, placing && !s.placing.measure.empty()});
     out.copies.insert(out.copies.end(), s.pending_copies.begin(), s.pending_copies.end());
     s.pending_copies.clear();
     budget -= n;
@@ -345,17 +386,30 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
-void Scheduler::update(const SchedulerOutput& plan) {
+void Scheduler::update(const SchedulerOutput& plan, std::span<const float> deviations) {
   for (auto [src, dst] : plan.copies) pool_.release(src);  // copied by now
+  size_t n_measured = 0;
   for (const auto& w : plan.seqs) {
     Sequence& s = *w.seq;
+    if (Sequence::Placing& pl = s.placing; pl.pos >= 0) {  // a placed span's rows
+      const auto n = size_t(w.n_tokens);
+      if (w.measures) {
+        if (deviations.size() < n_measured + n)
+          throw std::logic_error("scheduler update: fewer deviations than measure rows");
+        for (size_t i = 0; i < n; ++i)
+          pl.deviation[size_t(pl.measure[i] - pl.pos)] = deviations[n_measured + i];
+        n_measured += n;
+        pl.measure.erase(pl.measure.begin(), pl.measure.begin() + long(n));
+        if (pl.measure.empty()) choose_redo(s);
+      } else {
+        s.result.n_prefilled += w.n_tokens;
+        pl.redo.erase(pl.redo.begin(), pl.redo.begin() + long(n));
+      }
+      continue;
+    }
     Sequence& owner = s.is_span_job() ? *s.parent : s;  // a job's tokens are its parent's work
     owner.result.n_prefilled += prompt_tokens_in(s, s.n_computed, w.n_tokens);
     s.n_computed += w.n_tokens - w.n_draft;  // draft tokens count once accepted
-    if (s.n_computed == s.skip_from) {
-      s.n_computed = s.skip_to;
-      s.skip_from = s.skip_to = -1;
-    }
     // holes need no computing: a step never starts with one
     while (s.n_computed < int32_t(s.tokens.size()) && s.tokens[size_t(s.n_computed)] == kHole)
       ++s.n_computed;

@@ -13,10 +13,13 @@
 // distinct span at a time: others wait for its blocks to be cached) and
 // hands its blocks over. Jobs run first, in the same steps as sequences.
 // When the sequence reaches a span it waits for those blocks, puts them in
-// its block table, and computes the first span_recompute tokens again, with
-// attention over everything before them, into private copies of their
-// blocks; the rest of the span is skipped. A step in which nothing can run
-// (jobs or copies found no blocks) preempts the newest sequence.
+// its block table, and computes some of its tokens again, with attention
+// over everything before them, into private copies of their blocks; the rest
+// of the span is the cache's. Those tokens are the first span_recompute
+// and, with span_blend, a fraction of the span chosen by a measure pass over
+// all its tokens (their K/V deviation at layer 1: steps whose rows measure,
+// ScheduledSeq::measures). A step in which nothing can run (jobs or copies
+// found no blocks) preempts the newest sequence.
 //
 // Speculative decoding: a decoding sequence may carry draft tokens after
 // its last one (Sequence::n_draft); they are computed with it when budget
@@ -27,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -41,6 +45,9 @@ struct ScheduledSeq {
   // the last n_draft tokens are draft tokens to verify (speculative
   // decoding): each of them, and the token before, has a logits row
   int32_t n_draft = 0;
+  // the rows measure the K/V deviation of a placed span's tokens (the
+  // measure pass of span_blend): no K/V written, no logits
+  bool measures = false;
 };
 
 struct SchedulerOutput {
@@ -70,8 +77,9 @@ class Scheduler {
   std::unique_ptr<Sequence> remove_any();  // null when empty
   SchedulerOutput schedule();
   // After the forward pass: counts move on (draft tokens wait for
-  // settle_drafts), newly full blocks enter the prefix cache.
-  void update(const SchedulerOutput& plan);
+  // settle_drafts), newly full blocks enter the prefix cache. deviations:
+  // one per measure row, in plan order (ModelRunner::deviations).
+  void update(const SchedulerOutput& plan, std::span<const float> deviations = {});
   // After verification: the accepted draft tokens' K/V is kept (s.n_accepted
   // of them), the rest is dropped: blocks past the kept tokens go back.
   void settle_drafts(Sequence& s);
@@ -107,6 +115,8 @@ class Scheduler {
   // or for free blocks to copy into).
   bool place_spans(Sequence& s);
   bool place_span(Sequence& s, Sequence::Span& sp);
+  void choose_redo(Sequence& s);       // the placed span's rows to compute again, counted
+  bool copy_redo_blocks(Sequence& s);  // false while no blocks are free
   void start_job(Sequence& s, size_t span);
   bool job_computes(const std::vector<int32_t>& tokens) const;
   void drop_span_state(Sequence& s);  // jobs, held blocks, placement

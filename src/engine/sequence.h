@@ -50,11 +50,26 @@ struct Sequence {
     bool hit = false;  // ready came from the span cache
     bool job_running = false;
   };
-  std::vector<Span> spans;               // in position order
-  size_t next_span = 0;                  // the first span not placed in the block table yet
-  int32_t skip_from = -1, skip_to = -1;  // placed span: positions [from, to) are cached
-  int32_t commit_limit = INT32_MAX;      // blocks past this position stay out of the prefix cache
-  int32_t span_recompute = 0;            // tokens recomputed at the start of each placed span
+  std::vector<Span> spans;           // in position order
+  size_t next_span = 0;              // the first span not placed in the block table yet
+  int32_t commit_limit = INT32_MAX;  // blocks past this position stay out of the prefix cache
+  int32_t span_recompute = 0;        // tokens recomputed at the start of each placed span
+  float span_blend = 0.f;  // and this fraction of each span's tokens, those whose K/V deviates most
+  // The span being placed: its blocks are in the block table and n_computed
+  // stays at its first position until its tokens are settled. The cached
+  // K/V stands but for `redo`, positions computed again (as rows at their
+  // positions, attention over everything before them) into private copies
+  // of their blocks. With span_blend they are chosen once every token's
+  // deviation is measured (the measure pass: ForwardOptions::kv_deviation).
+  struct Placing {
+    int32_t pos = -1, end = -1;    // the span's first position and its last block's end; -1: none
+    int32_t n_tokens = 0;          // the span's tokens, from pos on
+    bool hit = false;              // its blocks came from the span cache
+    std::vector<int32_t> measure;  // positions still to measure, in order
+    std::vector<float> deviation;  // per span token: its layer-1 K/V's distance from the cache's
+    std::vector<int32_t> redo;     // positions still to compute again, in order
+    bool chosen = false, copied = false;  // redo is final; its blocks are private copies
+  } placing;
   std::vector<std::pair<int32_t, int32_t>> fills;  // per block: valid slots (empty: all full)
   // KV blocks to copy (shared span block, private copy) before this sequence
   // next runs; the shared ones stay referenced until then

@@ -7,18 +7,20 @@ namespace wick {
 namespace {
 
 // One sequence of up to n_ctx tokens: blocks for exactly that (and, with the
-// span cache, for the private copies of a span's first blocks while they are
-// copied), a step as long as the whole prompt (req.prefill_chunk sets the
+// span cache, for the private copies of a span's repaired blocks while they
+// are copied), a step as long as the whole prompt (req.prefill_chunk sets the
 // chunks), buffers grown as needed.
 EngineConfig session_config(const LoadedModel& m, int32_t n_ctx, bool span_cache,
-                            int32_t span_recompute, SpecConfig spec) {
+                            int32_t span_recompute, SpecConfig spec, float span_blend) {
   EngineConfig c;
   c.n_ctx = std::max<int32_t>(1, std::min<int32_t>(n_ctx, int32_t(m.config().n_ctx_train)));
   c.n_blocks = (c.n_ctx + c.block_size - 1) / c.block_size;
   c.span_cache = span_cache;
   c.span_recompute = span_recompute;
-  if (span_cache)
-    c.n_blocks += (std::min(span_recompute, c.n_ctx) + c.block_size - 1) / c.block_size;
+  c.span_blend = span_blend;
+  // blended tokens may lie in any of a span's blocks: room to copy them all
+  const int32_t n_copied = span_blend > 0.f ? c.n_ctx : std::min(span_recompute, c.n_ctx);
+  if (span_cache) c.n_blocks += (n_copied + c.block_size - 1) / c.block_size;
   c.max_seqs = 1;
   c.max_batch_tokens = c.n_ctx;
   c.reserve_scratch = false;
@@ -30,10 +32,11 @@ EngineConfig session_config(const LoadedModel& m, int32_t n_ctx, bool span_cache
 }  // namespace
 
 Session::Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx, bool span_cache,
-                 int32_t span_recompute, SpecConfig spec)
+                 int32_t span_recompute, SpecConfig spec, float span_blend)
     : model_(std::move(model)),
       engine_(std::make_unique<Engine>(
-          model_, session_config(*model_, n_ctx, span_cache, span_recompute, std::move(spec)))) {}
+          model_, session_config(*model_, n_ctx, span_cache, span_recompute, std::move(spec),
+                                 span_blend))) {}
 
 Session::~Session() = default;
 

@@ -23,10 +23,11 @@ class Session {
  public:
   // n_ctx: tokens the session can hold (at most the model's training context);
   // span_cache: the engine's, for requests with spans, which compute the
-  // first span_recompute tokens of each span again unless they say otherwise;
-  // spec: speculative decoding (the draft model's cache holds n_ctx tokens too).
+  // first span_recompute tokens of each span again (and the span_blend
+  // fraction whose K/V deviates most) unless they say otherwise; spec: speculative decoding (the
+  // draft model's cache holds n_ctx tokens too).
   Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx, bool span_cache = false,
-          int32_t span_recompute = 16, SpecConfig spec = {});
+          int32_t span_recompute = 16, SpecConfig spec = {}, float span_blend = 0.f);
   ~Session();
   // on_text receives text as it forms; returning false cancels. Throws
   // GenerateError for a bad request.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "io/error.h"
 
@@ -104,7 +105,8 @@ namespace {
 
 // The kernels of one step (no host synchronisation: it may be recorded).
 void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const BatchArgs& b,
-                KvStore& kv, ForwardScratch& s, float* logits, bool hidden_states = false) {
+                KvStore& kv, ForwardScratch& s, float* logits, bool hidden_states = false,
+                bool deviation = false) {
   const int64_t T = b.n_tokens, D = c.n_embd, hd = c.head_dim, n_out = b.n_logits;
   const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>()};
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
@@ -129,7 +131,14 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
       be.rmsnorm(q, l.q_norm.f32(), T * c.n_head, hd, c.rms_eps, q);
       be.rmsnorm(k, l.k_norm.f32(), T * c.n_head_kv, hd, c.rms_eps, k);
     }
-    be.rope_kv_write(q, k, v, kv, il, b, shape, s.inv_freq.as<float>());
+    if (deviation && il == 1) {  // measure mode: how far these K/V lie from the cache's
+      be.kv_deviation(kv, il, b, k, v, logits);
+      return;
+    }
+    if (deviation)  // layer 0 of cached tokens: the cache holds these K/V already
+      be.rope(q, b, c.n_head, hd, s.inv_freq.as<float>());
+    else
+      be.rope_kv_write(q, k, v, kv, il, b, shape, s.inv_freq.as<float>());
     trace(be, "q_rope", il, s.q, T, c.q_dim());
     be.attention(q, kv, il, b, shape, attn);
     trace(be, "attn_out", il, s.attn, T, c.q_dim());
@@ -172,6 +181,16 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
   const BatchArgs b = be.upload(batch);
   if (opt.hidden_states) {
     run_layers(be, c, W, b, kv, s, logits, true);
+    return;
+  }
+  if (opt.kv_deviation) {
+    if (!kv.pre_rope) throw std::logic_error("forward: measure mode needs keys stored before RoPE");
+    if (c.n_layer < 2) {  // one layer: a token's K/V never depends on its context
+      const std::vector<float> zeros(size_t(batch.n_tokens()), 0.f);
+      be.copy_to_device(logits, zeros.data(), zeros.size() * 4);
+      return;
+    }
+    run_layers(be, c, W, b, kv, s, logits, false, true);
     return;
   }
   const uint64_t key = be.can_graph() && opt.table_width > 0 ? opt.graph_key : 0;

@@ -41,6 +41,14 @@ struct ForwardOptions {
   // final hidden states instead (after the final norm, [n_logits, n_embd]),
   // what embeddings pool. Never recorded as a graph.
   bool hidden_states = false;
+  // Measure mode (the span cache's selective recompute): each row is a token
+  // whose K/V the cache already holds at its slot. Layer 0 runs without
+  // writing K/V (keys stored before RoPE: a token's layer-0 K/V depends on
+  // the token alone, so the cache's are the ones it would write); layer 1's
+  // K/V of each row is compared with the cache's (Backend::kv_deviation) and
+  // `logits` receives those deviations, [n_tokens]. Needs kv.pre_rope; a
+  // one-layer model gives zeros. Never recorded as a graph.
+  bool kv_deviation = false;
 };
 
 // Runs `b` through the model on `be`: writes each token's K/V into `kv` and

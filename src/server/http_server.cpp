@@ -155,6 +155,8 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
     // with the span cache, each plus child is a span whose KV is reused anywhere
     if (span_cache)
       for (auto [b, e] : spans) g.spans.push_back({b, e});
+    g.span_recompute = q.g.repair.span_recompute;
+    g.span_blend = q.g.repair.span_blend;
   }
   g.max_tokens = int32_t(std::min<int64_t>(q.g.max_tokens, view.n_ctx - int64_t(g.prompt.size())));
   return r;

@@ -105,6 +105,18 @@ void parse_spec(const json& obj, const std::string& param_prefix, GenerateReques
   }
 }
 
+void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r) {
+  if (auto k = field<int64_t>(obj, "span_recompute")) {
+    if (*k < 0 || *k > (1 << 24))
+      bad(param_prefix + "span_recompute", "span_recompute must be in [0, 16777216]");
+    r.span_recompute = int32_t(*k);
+  }
+  if (auto f = field<double>(obj, "span_blend")) {
+    if (!(*f >= 0 && *f <= 1)) bad(param_prefix + "span_blend", "span_blend must be in [0, 1]");
+    r.span_blend = float(*f);
+  }
+}
+
 namespace {
 
 // GBNF text for OpenAI's response_format; empty for plain text.

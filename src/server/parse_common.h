@@ -99,6 +99,9 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
 // wick's speculative decoding extras: "spec" ("off", "ngram", "draft") and
 // "draft_max" (0-64) of obj; param_prefix goes before their names in errors.
 void parse_spec(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// The span cache's repair extras: span_recompute (tokens at each span's
+// start, >= 0) and span_blend (fraction of each span, in [0, 1]).
+void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r);
 // Constrained decoding: the "grammar" extra (GBNF text) and the API's own
 // field: OpenAI's "response_format" ({"type": "text" | "json_object" |
 // "json_schema", "json_schema": {"name", "schema", "strict"}}) or Ollama's

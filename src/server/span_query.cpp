@@ -71,6 +71,7 @@ SpanGenerate parse_generate(const json& obj, const std::string& path) {
   if (!obj.contains("input")) bad(path + ".input", path + ".input is missing", "missing");
   g.input = parse_node(obj["input"], path + ".input", 0);
   parse_sampling(obj, path, g);
+  parse_span_repair(obj, path + ".", g.repair);
   return g;
 }
 

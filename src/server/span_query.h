@@ -25,6 +25,7 @@ struct SpanGenerate {
   SpanNode input;
   int32_t max_tokens = 2048;
   float temperature = 0.6f;
+  GenerateRequest repair;  // wick's extras span_recompute, span_blend (those fields alone)
 };
 
 struct SpanQuery {

@@ -126,3 +126,26 @@ def test_span_cache_reuses_documents_in_any_order(span_server):
     assert "Lima" in again["choices"][0]["message"]["content"]
     assert span_server.metric("wick_span_cache_hits_total") >= 3
     assert span_server.metric("wick_span_tokens_reused_total") >= sc["tokens_reused"]
+
+
+def test_span_repair_extras_count_exactly(span_server):
+    """`span_recompute` and `span_blend` on `g`: every span token computed again
+    with blend 1 (reused none), the first K alone with blend 0; bad values are 400s."""
+    docs = [d + " " + " ".join(f"Fact {i} of the blend test." for i in range(10)) for d in DOCS]
+    execute(span_server, rag("Warm up.", docs), stream=False)  # the documents cached
+    q = rag("What is the capital of Peru?", docs[::-1])
+    q["g"].update({"span_recompute": 0, "span_blend": 1})
+    everything = execute(span_server, q, stream=False)["usage"]["span_cache"]
+    assert everything["hits"] == 3 and everything["tokens_reused"] == 0
+    q["g"].update({"span_recompute": 4, "span_blend": 0})
+    first = execute(span_server, q, stream=False)["usage"]["span_cache"]
+    # the first span follows the system message: all three are repaired
+    assert first["tokens_recomputed"] == 3 * 4
+    assert first["tokens_reused"] == everything["tokens_recomputed"] - 12
+    q["g"].update({"span_recompute": 0, "span_blend": 0.2})
+    blend = execute(span_server, q, stream=False)["usage"]["span_cache"]
+    assert 0 < blend["tokens_recomputed"] < everything["tokens_recomputed"]
+    assert blend["tokens_reused"] + blend["tokens_recomputed"] == everything["tokens_recomputed"]
+    q["g"]["span_blend"] = 1.5
+    r = requests.post(span_server.url + "/v1/query/execute", data=json.dumps(q), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "g.span_blend"

@@ -5,6 +5,8 @@
 // transposed so that a query's 64 scores are 64 lanes (SimdKernels::attn_chunk).
 //
 // Batch invariance: a query's result depends only on its own key range.
+// Queries of one work item need not be at consecutive positions (only
+// increasing): a chunk outside a query's range is skipped for it.
 // Chunks are aligned to multiples of 64 positions whatever the run, a query
 // skips chunks outside its range, and within a chunk keys are taken in order.
 #include <omp.h>
@@ -25,7 +27,7 @@ constexpr int64_t kChunk = 64;
 constexpr int64_t kMaxRunPart = 128;  // queries of one work item (long runs are split)
 
 struct Item {
-  int64_t first, n;  // tokens [first, first + n) of one run
+  int64_t first, n;  // tokens [first, first + n) of one stretch (runs of one sequence)
   int64_t kv_head;
 };
 
@@ -59,11 +61,26 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
   const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size;
   if (hd > 512) throw std::runtime_error("CPU attention: head_dim above 512");
   const float scale = 1.f / std::sqrt(float(hd));
+  // Adjacent runs of one sequence at increasing positions (a placed span's
+  // scattered rows) are one stretch: its key chunks are read once for all.
+  std::vector<std::pair<int64_t, int64_t>> stretches;  // first token, count
+  for (int64_t r = 0; r < b.n_runs; ++r) {
+    const int64_t first = b.runs[2 * r], n = b.runs[2 * r + 1];
+    if (!stretches.empty()) {
+      auto& [f, m] = stretches.back();
+      if (f + m == first && b.seq_of[f] == b.seq_of[first] &&
+          b.positions[first] > b.positions[f + m - 1]) {
+        m += n;
+        continue;
+      }
+    }
+    stretches.push_back({first, n});
+  }
   std::vector<Item> items;
-  for (int64_t r = 0; r < b.n_runs; ++r)
-    for (int64_t off = 0; off < b.runs[2 * r + 1]; off += kMaxRunPart)
+  for (auto [first, n] : stretches)
+    for (int64_t off = 0; off < n; off += kMaxRunPart)
       for (int64_t g = 0; g < s.n_head_kv; ++g)
-        items.push_back({b.runs[2 * r] + off, std::min(kMaxRunPart, b.runs[2 * r + 1] - off), g});
+        items.push_back({first + off, std::min(kMaxRunPart, n - off), g});
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads())
   for (size_t it = 0; it < items.size(); ++it) {

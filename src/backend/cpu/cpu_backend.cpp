@@ -95,6 +95,11 @@ class CpuBackend final : public Backend {
     cpu::kv_write(kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b.slots, b.n_tokens, k,
                   v);
   }
+  void kv_deviation(const KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
+                    const float* v, float* out) override {
+    cpu::kv_deviation(kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b.slots, b.n_tokens,
+                      k, v, out);
+  }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                  const AttnShape& s, float* out) override {
     const cpu::RopeTable* rope = nullptr;

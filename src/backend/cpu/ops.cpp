@@ -118,4 +118,18 @@ void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slo
   }
 }
 
+void kv_deviation(const float* k_layer, const float* v_layer, int64_t kv_dim, const int32_t* slots,
+                  int64_t n, const float* k, const float* v, float* out) {
+  const int64_t d = kv_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    const float *kc = k_layer + int64_t(slots[t]) * d, *vc = v_layer + int64_t(slots[t]) * d;
+    float sum = 0.f;
+    for (int64_t i = 0; i < d; ++i) {
+      const float dk = k[t * d + i] - kc[i], dv = v[t * d + i] - vc[i];
+      sum += dk * dk + dv * dv;
+    }
+    out[t] = sum;
+  }
+}
+
 }  // namespace wick::cpu

@@ -27,6 +27,9 @@ void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t
 // k, v [n, kv_dim] into rows slots[i] of one layer's f32 K and V storage.
 void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
               const float* k, const float* v);
+// out[t] = |k_t - k_layer[slots[t]]|^2 + |v_t - v_layer[slots[t]]|^2, summed in element order.
+void kv_deviation(const float* k_layer, const float* v_layer, int64_t kv_dim, const int32_t* slots,
+                  int64_t n, const float* k, const float* v, float* out);
 // cos and sin of every (position, frequency) for rotating pre-RoPE keys,
 // computed as rope() computes them; grown on demand.
 class RopeTable {

@@ -298,6 +298,11 @@ class CudaBackend final : public Backend {
     cuda::kv_write(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
                    b.slots, b.n_tokens, int(kv.kv_dim), st_);
   }
+  void kv_deviation(const KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
+                    const float* v, float* out) override {
+    cuda::kv_deviation(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
+                       b.slots, b.n_tokens, int(kv.kv_dim), out, st_);
+  }
   void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
                      const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
     if (skip("rope")) return;

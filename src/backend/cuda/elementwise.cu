@@ -174,6 +174,33 @@ __global__ void kv_write_kernel(const float* k, const float* v, T* kc, T* vc, co
   }
 }
 
+__device__ float from_cache(__half v) {
+  return __half2float(v);
+}
+__device__ float from_cache(float v) {
+  return v;
+}
+
+// One block per row; each row's new K/V rounded as the cache stores it, so
+// that equal values give 0.
+template <typename T>
+__global__ void kv_deviation_kernel(const float* k, const float* v, const T* kc, const T* vc,
+                                    const int32_t* slots, int kv_dim, float* out) {
+  __shared__ float sh[32];
+  const int t = blockIdx.x;
+  const size_t slot = size_t(slots[t]);
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    const float dk =
+        from_cache(to_cache<T>(k[size_t(t) * kv_dim + i])) - from_cache(kc[slot * kv_dim + i]);
+    const float dv =
+        from_cache(to_cache<T>(v[size_t(t) * kv_dim + i])) - from_cache(vc[slot * kv_dim + i]);
+    sum += dk * dk + dv * dv;
+  }
+  sum = block_sum(sum, sh);
+  if (threadIdx.x == 0) out[t] = sum;
+}
+
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int n, float* out) {
   const float* src = x + size_t(rows[blockIdx.x]) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[size_t(blockIdx.x) * n + i] = src[i];
@@ -269,6 +296,21 @@ void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool
   else
     kv_write_kernel<float><<<n_tokens, 128, 0, st>>>(k, v, static_cast<float*>(k_cache),
                                                      static_cast<float*>(v_cache), slots, kv_dim);
+  WICK_CUDA_LAUNCHED();
+}
+
+void kv_deviation(const float* k, const float* v, const void* k_cache, const void* v_cache,
+                  bool f16, const int32_t* slots, int n_tokens, int kv_dim, float* out,
+                  cudaStream_t st) {
+  if (n_tokens <= 0) return;
+  if (f16)
+    kv_deviation_kernel<__half><<<n_tokens, 128, 0, st>>>(k, v, static_cast<const __half*>(k_cache),
+                                                          static_cast<const __half*>(v_cache),
+                                                          slots, kv_dim, out);
+  else
+    kv_deviation_kernel<float><<<n_tokens, 128, 0, st>>>(k, v, static_cast<const float*>(k_cache),
+                                                         static_cast<const float*>(v_cache), slots,
+                                                         kv_dim, out);
   WICK_CUDA_LAUNCHED();
 }
 

@@ -68,6 +68,11 @@ void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_ca
 void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st);
 void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
               const int32_t* slots, int n_tokens, int kv_dim, cudaStream_t st);
+// out[t] = |k_t - K[slots[t]]|^2 + |v_t - V[slots[t]]|^2 over one layer's cache rows
+// (k, v rounded as the cache stores them first).
+void kv_deviation(const float* k, const float* v, const void* k_cache, const void* v_cache,
+                  bool cache_f16, const int32_t* slots, int n_tokens, int kv_dim, float* out,
+                  cudaStream_t st);
 void gather_rows(const float* x, const int32_t* rows, int n_rows, int n, float* out,
                  cudaStream_t st);
 
