@@ -57,6 +57,8 @@ EngineConfig span_config() {
   EngineConfig c;
   c.span_cache = true;
   c.n_blocks = 256;  // plenty, and quick to set up
+  c.span_recompute = 16;  // the counts below are written for first-16 repair, no blend
+  c.span_blend = 0.f;
   return c;
 }
 

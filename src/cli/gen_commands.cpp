@@ -160,8 +160,8 @@ void register_generate(CLI::App& app) {
   static GenOptions o;
   static std::string prompt, prompt_ids;
   static bool raw = false, as_json = false, truncate = false;
-  static int32_t n_logprobs = -1, span_recompute = 16;
-  static float span_blend = 0.f;
+  static int32_t n_logprobs = -1, span_recompute = 0;
+  static float span_blend = 0.15f;
   static std::vector<std::string> span_files;
   cmd->add_option("--model,-m", o.model,
                   "a .gguf, a HF folder, or a stored model name (default: smollm2)")
@@ -183,12 +183,12 @@ void register_generate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--span-recompute", span_recompute,
                   "tokens at the start of each span computed again with attention over what "
-                  "precedes them (default 16)")
+                  "precedes them (default 0)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--span-blend", span_blend,
                   "and this fraction (0-1) of each span's tokens, those whose K/V deviates most "
                   "from the cached span's once it sees what precedes it (CacheBlend-style; "
-                  "default 0, off)")
+                  "default 0.15; 0 turns it off)")
       ->check(CLI::Range(0.0, 1.0));
   add_gen_options(cmd, o);
   add_device_options(cmd);
@@ -383,12 +383,12 @@ void register_serve(CLI::App& app) {
                 "reused at any offset");
   cmd->add_option("--span-recompute", cfg.engine.span_recompute,
                   "with --span-cache: tokens at the start of each reused span computed again "
-                  "with attention over what precedes them (default 16)")
+                  "with attention over what precedes them (default 0)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--span-blend", cfg.engine.span_blend,
                   "with --span-cache: and this fraction (0-1) of each reused span's tokens, those "
                   "whose K/V deviates most from the cached span's once it sees what precedes it "
-                  "(CacheBlend-style, measured at layer 1; default 0, off)")
+                  "(CacheBlend-style, measured at layer 1; default 0.15; 0 turns it off)")
       ->check(CLI::Range(0.0, 1.0));
   static std::string keep_alive, pooling = "mean";
   cmd->add_option("--keep-alive", keep_alive,

@@ -44,8 +44,10 @@ struct EngineConfig {
   // The span cache: keys kept before RoPE, so that a request's independent
   // spans (GenerateRequest::spans) are computed once and reused anywhere.
   bool span_cache = false;
-  int32_t span_recompute = 16;  // tokens computed again at the start of each span (default)
-  float span_blend = 0.f;       // and this fraction of each span, where K/V deviates most (0: off)
+  // Span repair (defaults from docs/perf.md's 50-query measurement): no fixed
+  // prefix, and the 15 % of each span's tokens whose K/V deviates most
+  int32_t span_recompute = 0;  // tokens computed again at the start of each span
+  float span_blend = 0.15f;    // and this fraction of each span, where K/V deviates most (0: off)
   // Speculative decoding: the method for requests that leave it to the
   // engine, the draft model (its KV cache gets as many blocks as the
   // target's), the proposers' limits.

@@ -168,6 +168,8 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
   EngineConfig cfg;
   cfg.span_cache = true;
   cfg.n_blocks = 256;
+  cfg.span_recompute = 16;
+  cfg.span_blend = 0.f;
   auto run = [&](Engine& e, const GenerateRequest& r) {
     GenerateResult out;
     e.add_request(r, {nullptr, [&out](const GenerateResult& g) { out = g; }});
