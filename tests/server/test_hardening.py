@@ -17,7 +17,7 @@ COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # a prompt the model continues for 
 
 def post(server, path, body, **kw):
     data = body if isinstance(body, bytes) else json.dumps(body)
-    return requests.post(server.url + path, data=data, timeout=30, **kw)
+    return requests.post(server.url + path, data=data, timeout=30 * TIME_SCALE, **kw)
 
 
 def message(r):
