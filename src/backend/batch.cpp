@@ -87,7 +87,14 @@ void Batch::finish(int32_t block_size, int32_t table_width, int32_t ctx_round) {
   has_fill_ = false;
   for (auto& f : block_fills) has_fill_ |= !f.empty();
   if (has_fill_) {
-    int32_t* fill = section(7, size_t(n_seq) * size_t(a.max_blocks));
+    // All three sections before any pointer into them: each resize may move packed_.
+    const size_t n_cells = size_t(n_seq) * size_t(a.max_blocks);
+    section(7, n_cells);
+    section(8, n_cells);
+    section(9, size_t(n_tok));
+    int32_t* fill = packed_.data() + off_[7];
+    int32_t* shift = packed_.data() + off_[8];
+    int32_t* rope_pos = packed_.data() + off_[9];
     for (int32_t s = 0; s < n_seq; ++s) {
       int32_t* row = fill + size_t(s) * size_t(a.max_blocks);
       std::fill(row, row + a.max_blocks, block_size);
@@ -104,14 +111,12 @@ void Batch::finish(int32_t block_size, int32_t table_width, int32_t ctx_round) {
         }
       }
     }
-    int32_t* shift = section(8, size_t(n_seq) * size_t(a.max_blocks));
-    for (size_t i = 0, n = size_t(n_seq) * size_t(a.max_blocks); i < n; i += size_t(a.max_blocks))
+    for (size_t i = 0; i < n_cells; i += size_t(a.max_blocks))
       for (int32_t blk = 0, holes = 0; blk < a.max_blocks; ++blk) {
         const int32_t v = fill[i + size_t(blk)], begin = v >> 16, end = v & 0xffff;
         shift[i + size_t(blk)] = holes + begin;
         holes += block_size - (end - begin);
       }
-    int32_t* rope_pos = section(9, size_t(n_tok));
     for (int32_t t = 0; t < n_tok; ++t) {  // a token must not land in a hole
       const int32_t pos = positions[size_t(t)], off = pos % block_size;
       const size_t at = size_t(seq_of[size_t(t)]) * size_t(a.max_blocks) + size_t(pos / block_size);

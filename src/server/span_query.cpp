@@ -16,7 +16,8 @@ SpanNode parse_node(const json& j, const std::string& path, size_t depth) {
             " must be an object with one key (system, user, assistant, seq, cross, "
             "plus or par)",
         "invalid_type");
-  const auto& [key, val] = *j.items().begin();
+  const std::string& key = j.begin().key();  // not *items().begin(): see parse_span_query
+  const json& val = j.begin().value();
   SpanNode n;
   if (key == "system" || key == "user" || key == "assistant") {
     if (!val.is_string())
@@ -121,7 +122,10 @@ std::string added_text(const ChatTemplate& t, const Tokenizer& tk, const json& b
 SpanQuery parse_span_query(const json& body) {
   if (!body.is_object() || body.size() != 1)
     bad("query", "a span query is an object with one key: g, repeat or map", "invalid_type");
-  const auto& [key, val] = *body.items().begin();
+  // Through the object's own iterator: a binding to *items().begin() would
+  // outlive the temporary proxy it points into.
+  const std::string& key = body.begin().key();
+  const json& val = body.begin().value();
   SpanQuery q;
   if (key == "g") {
     q.g = parse_generate(val, "g");

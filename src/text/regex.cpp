@@ -13,6 +13,22 @@ std::string error_message(int err) {
   return reinterpret_cast<char*>(msg);
 }
 
+// One thread's match data, context and JIT stack: made on the thread's first
+// match, freed when the thread ends (the server's HTTP workers come and go).
+struct MatchState {
+  pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+  pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* jit_stack = nullptr;
+  MatchState() = default;
+  MatchState(const MatchState&) = delete;
+  MatchState& operator=(const MatchState&) = delete;
+  ~MatchState() {
+    pcre2_jit_stack_free(jit_stack);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+  }
+};
+
 }  // namespace
 
 Regex::Regex(const std::string& pattern, RegexLimits limits) : pattern_(pattern), limits_(limits) {
@@ -31,12 +47,15 @@ Regex::~Regex() {
 }
 
 void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const {
-  thread_local pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
-  thread_local pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+  thread_local MatchState state;
+  pcre2_match_data* md = state.md;
+  pcre2_match_context* mc = state.mc;
   // JIT code ignores the depth and heap limits: its stack is its bound
-  thread_local pcre2_jit_stack* jit_stack =
-      pcre2_jit_stack_create(32 << 10, size_t(limits_.heap_kib) << 10, nullptr);
-  pcre2_jit_stack_assign(mc, nullptr, jit_stack);
+  if (!state.jit_stack)
+    state.jit_stack = pcre2_jit_stack_create(32 << 10, size_t(limits_.heap_kib) << 10, nullptr);
+  if (!md || !mc)  // a missing JIT stack is fine: no JIT, or its small default
+    throw RegexError("regex '" + pattern_ + "': out of memory for the match state");
+  pcre2_jit_stack_assign(mc, nullptr, state.jit_stack);
   pcre2_set_match_limit(mc, limits_.match);
   pcre2_set_depth_limit(mc, limits_.depth);
   pcre2_set_heap_limit(mc, limits_.heap_kib);

@@ -11,6 +11,9 @@ WICK = os.environ.get("WICK_BIN", "build/bin/wick")
 MODEL = os.environ.get("WICK_TEST_MODEL", os.path.expanduser("~/.cache/wick/models/smollm2.gguf"))
 # Under CI (CI=true or CI=1) a test that cannot run fails instead of skipping.
 CI = os.environ.get("CI", "").lower() in ("true", "1")
+# Sanitizer builds (make test-asan, make test-tsan) run several times slower:
+# the waits for the server to become ready or idle stretch by this factor.
+TIME_SCALE = float(os.environ.get("WICK_TEST_TIME_SCALE", "1"))
 
 
 def skip_or_fail(msg):
@@ -34,7 +37,7 @@ class Server:
         self.proc = subprocess.Popen([WICK, "serve", "--model", MODEL, "--port", str(self.port), *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
-        deadline = time.time() + 60
+        deadline = time.time() + 60 * TIME_SCALE
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("wick serve exited: " + self.proc.stdout.read())

@@ -9,7 +9,7 @@ import time
 
 import requests
 
-from conftest import MODEL, Server
+from conftest import MODEL, TIME_SCALE, Server
 
 MSG = [{"role": "user", "content": "hi"}]
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # a prompt the model continues for thousands of tokens
@@ -17,7 +17,7 @@ COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # a prompt the model continues for 
 
 def post(server, path, body, **kw):
     data = body if isinstance(body, bytes) else json.dumps(body)
-    return requests.post(server.url + path, data=data, timeout=30, **kw)
+    return requests.post(server.url + path, data=data, timeout=30 * TIME_SCALE, **kw)
 
 
 def message(r):
@@ -42,7 +42,7 @@ def status_of(answer):
 
 
 def eventually(cond, seconds=5.0):
-    deadline = time.time() + seconds
+    deadline = time.time() + seconds * TIME_SCALE
     while not cond():
         if time.time() > deadline:
             return False
