@@ -231,6 +231,16 @@ TEST_F(HostileFiles, TokenizerJsonNegativeAndHugeIds) {
           << e.what();
     }
   }
+  for (const std::string id : {"1.59e21", "3.5"}) {  // fuzz_tokenizer: a float past int64 was UB
+    const std::string j = R"({"model":{"type":"BPE","vocab":{"a":0,"b":)" + id +
+                          R"(},"merges":[]},"added_tokens":[]})";
+    try {
+      Tokenizer::from_json(j, "float.json");
+      ADD_FAILURE() << "id " << id << " accepted";
+    } catch (const TextError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not an integer"), std::string::npos) << e.what();
+    }
+  }
   const std::string added =
       R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"id":-1,"content":"x"}]})";
   EXPECT_THROW(Tokenizer::from_json(added, "added.json"), TextError);

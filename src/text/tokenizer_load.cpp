@@ -193,6 +193,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& text, const s
     const json& vocab = m.at("vocab");
     // Ids index the vocabulary: each one checked before it sizes or indexes it.
     auto checked_id = [&](const json& id) {
+      if (!id.is_number_integer())  // a float past int64 would convert with undefined behaviour
+        throw TextError(fmt::format("{}: token id {} is not an integer", src, id.dump()));
       const int64_t x = id.get<int64_t>();
       if (x < 0 || x >= kMaxVocab)
         throw TextError(fmt::format("{}: token id {} is outside [0, {})", src, x, kMaxVocab));
