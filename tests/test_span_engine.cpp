@@ -56,7 +56,7 @@ GenerateRequest span_request(const Tokens& prefix, const std::vector<Tokens>& do
 EngineConfig span_config() {
   EngineConfig c;
   c.span_cache = true;
-  c.n_blocks = 256;  // plenty, and quick to set up
+  c.n_blocks = 256;       // plenty, and quick to set up
   c.span_recompute = 16;  // the counts below are written for first-16 repair, no blend
   c.span_blend = 0.f;
   return c;

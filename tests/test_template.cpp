@@ -117,9 +117,10 @@ TEST(ChatTemplate, RendersAreBounded) {
                "nests deeper than 256 levels");
   // a huge exponent takes no time (squaring); what is in bounds still renders; an empty
   // string or list repeated 4**15 times is empty at once (fuzz_jinja: once a hang)
-  ChatTemplate ok("{{ (2 ** 999999999999) is number }}{% for i in range(1000) %}{% endfor %}x"
-                  "{{ '' * 4 ** 15 }}{{ ([] * 4 ** 15) | length }}",
-                  "ok");
+  ChatTemplate ok(
+      "{{ (2 ** 999999999999) is number }}{% for i in range(1000) %}{% endfor %}x"
+      "{{ '' * 4 ** 15 }}{{ ([] * 4 ** 15) | length }}",
+      "ok");
   EXPECT_EQ(ok.render(nlohmann::ordered_json::object()), "Truex0");
 }
 

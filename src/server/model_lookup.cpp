@@ -14,7 +14,9 @@ namespace {
 std::atomic<bool> g_default_failed{false};
 }  // namespace
 
-bool default_model_failed() { return g_default_failed.load(); }
+bool default_model_failed() {
+  return g_default_failed.load();
+}
 
 std::shared_ptr<const LoadedModel> find_model(const std::string& name,
                                               const std::string& default_model, bool ollama) {

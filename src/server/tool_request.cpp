@@ -88,9 +88,9 @@ json parse_tools(const json& b, const ModelView& m, bool openai, ToolSetup& setu
       choice = c;
       if (choice != "none" && choice != "auto" && choice != "required") bad("tool_choice", what);
       if (choice == "required") forced = names;
-    } else if (c.is_object() && c.contains("type") && c["type"] == "function" && c.contains("function") &&
-               c["function"].is_object() && c["function"].contains("name") &&
-               c["function"]["name"].is_string()) {
+    } else if (c.is_object() && c.contains("type") && c["type"] == "function" &&
+               c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") && c["function"]["name"].is_string()) {
       choice = "function";
       const std::string name = c["function"]["name"];
       if (std::find(names.begin(), names.end(), name) == names.end())
