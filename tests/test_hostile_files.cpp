@@ -241,6 +241,18 @@ TEST_F(HostileFiles, TokenizerJsonNegativeAndHugeIds) {
       EXPECT_NE(std::string(e.what()).find("is not an integer"), std::string::npos) << e.what();
     }
   }
+  // a post-processor's ids likewise (fuzz_tokenizer: a float past int32 was UB)
+  const std::string post =
+      R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[],)"
+      R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"B"}}],)"
+      R"("special_tokens":{"B":{"ids":[1.18e20]}}}})";
+  try {
+    Tokenizer::from_json(post, "post.json");
+    ADD_FAILURE() << "a float post-processor id accepted";
+  } catch (const TextError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not an integer in [0, 16777216)"), std::string::npos)
+        << e.what();
+  }
   const std::string added =
       R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"id":-1,"content":"x"}]})";
   EXPECT_THROW(Tokenizer::from_json(added, "added.json"), TextError);

@@ -260,8 +260,17 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& text, const s
             tk->post_single_.push_back({});
           } else {
             const std::string id = item.at("SpecialToken").at("id");
-            tk->post_single_.push_back(
-                p.at("special_tokens").at(id).at("ids").get<std::vector<int32_t>>());
+            std::vector<int32_t> ids;
+            for (const json& x : p.at("special_tokens").at(id).at("ids")) {
+              // a float past int32 would convert with undefined behaviour (fuzz_tokenizer)
+              if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= kMaxVocab)
+                throw TextError(
+                    fmt::format("{}: post-processor token id {} is not an integer in "
+                                "[0, {})",
+                                src, x.dump(), kMaxVocab));
+              ids.push_back(int32_t(x.get<int64_t>()));
+            }
+            tk->post_single_.push_back(std::move(ids));
           }
         }
       } else if (t != "ByteLevel") {
