@@ -149,8 +149,15 @@ void add_decoder(const json& j, std::vector<DecoderStep>& out, const std::string
   } else if (t == "Strip") {
     d.kind = DecoderStep::Strip;
     d.a = j.at("content");
-    d.start = j.value("start", 0);
-    d.stop = j.value("stop", 0);
+    // counts of characters: a float past int would convert with undefined behaviour
+    // (fuzz_tokenizer)
+    for (auto [key, field] : {std::pair{"start", &d.start}, std::pair{"stop", &d.stop}}) {
+      const json v = j.value(key, json(0));
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20))
+        throw TextError(
+            fmt::format("{}: Strip decoder's {} {} is not a count", src, key, v.dump()));
+      *field = decltype(d.start)(v.get<int64_t>());
+    }
   } else if (t == "Metaspace") {
     d.kind = DecoderStep::Metaspace;
     d.a = j.value("replacement", std::string("\xe2\x96\x81"));
