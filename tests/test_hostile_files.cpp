@@ -220,39 +220,31 @@ TEST_F(HostileFiles, GgufTokenizerArraysOfTheWrongType) {
 // Class: a negative count or index turned into an out-of-bounds write
 // (llama.cpp CVE-2026-21869): a negative token id indexed the vocabulary.
 TEST_F(HostileFiles, TokenizerJsonNegativeAndHugeIds) {
-  for (const std::string id : {"-7", "2147483647", "1099511627776"}) {
-    const std::string j = R"({"model":{"type":"BPE","vocab":{"a":0,"b":)" + id +
-                          R"(},"merges":[]},"added_tokens":[]})";
+  // the file is refused with a TextError that says `needle`
+  auto expect_refused = [](const std::string& j, const std::string& needle) {
     try {
-      Tokenizer::from_json(j, "neg.json");
-      ADD_FAILURE() << "id " << id << " accepted";
+      Tokenizer::from_json(j, "hostile.json");
+      ADD_FAILURE() << "accepted: " << j;
     } catch (const TextError& e) {
-      EXPECT_NE(std::string(e.what()).find("is outside [0, 16777216)"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
-  }
-  for (const std::string id : {"1.59e21", "3.5"}) {  // fuzz_tokenizer: a float past int64 was UB
-    const std::string j = R"({"model":{"type":"BPE","vocab":{"a":0,"b":)" + id +
-                          R"(},"merges":[]},"added_tokens":[]})";
-    try {
-      Tokenizer::from_json(j, "float.json");
-      ADD_FAILURE() << "id " << id << " accepted";
-    } catch (const TextError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not an integer"), std::string::npos) << e.what();
-    }
-  }
-  // a post-processor's ids likewise (fuzz_tokenizer: a float past int32 was UB)
-  const std::string post =
+  };
+  auto with_id = [](const std::string& id) {
+    return R"({"model":{"type":"BPE","vocab":{"a":0,"b":)" + id +
+           R"(},"merges":[]},"added_tokens":[]})";
+  };
+  for (const std::string id : {"-7", "2147483647", "1099511627776"})
+    expect_refused(with_id(id), "is outside [0, 16777216)");
+  // fuzz_tokenizer: numbers given as floats past int64/int32 converted with UB
+  for (const std::string id : {"1.59e21", "3.5"}) expect_refused(with_id(id), "is not an integer");
+  expect_refused(
       R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[],)"
       R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"B"}}],)"
-      R"("special_tokens":{"B":{"ids":[1.18e20]}}}})";
-  try {
-    Tokenizer::from_json(post, "post.json");
-    ADD_FAILURE() << "a float post-processor id accepted";
-  } catch (const TextError& e) {
-    EXPECT_NE(std::string(e.what()).find("is not an integer in [0, 16777216)"), std::string::npos)
-        << e.what();
-  }
+      R"("special_tokens":{"B":{"ids":[1.18e20]}}}})",
+      "is not an integer in [0, 16777216)");
+  expect_refused(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[],)"
+                 R"("decoder":{"type":"Strip","content":" ","start":1.84e20,"stop":0}})",
+                 "Strip decoder's start");
   const std::string added =
       R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"added_tokens":[{"id":-1,"content":"x"}]})";
   EXPECT_THROW(Tokenizer::from_json(added, "added.json"), TextError);
