@@ -52,8 +52,7 @@ std::string forced_call_gbnf(ToolFormat format, const json& tools,
       opt.root_name = fmt::format("args-{}", i);
       opt.rule_prefix = fmt::format("a{}-", i);
       try {
-        tg.rules = grammar::json_schema_to_gbnf(
-            nlohmann::ordered_json::parse(f["parameters"].dump()), opt);
+        tg.rules = grammar::json_schema_to_gbnf(f["parameters"], opt);
         tg.args_rule = opt.root_name;
       } catch (const grammar::GrammarError&) {
       }
