@@ -12,9 +12,11 @@ sentences each) with one fact planted ("The access code of NAME is NUMBER.").
   quality  --queries RAG questions; the first --tokens greedy tokens with the
            span cache (each --recompute setting, then each --settings K:R, i.e.
            --span-recompute K --span-blend R) against a server without it
-           (full prefill of the same messages): top-1 agreement per position,
+           (full prefill of the same messages): agreement per word (free-running),
            exact match, how often the planted number is in the answer, and
-           the span tokens computed again per query.
+           the span tokens computed again per query; with --forced also the
+           top-1 agreement per position when every setting continues full
+           prefill's answer (teacher forcing: continue_final_message).
 
 Standard library only (runs where `pip` is not available, e.g. a GPU box).
 Example: scripts/bench_spans.py --wick build/bin/wick --model ~/.cache/wick/models/smollm2.gguf
@@ -55,6 +57,12 @@ class Server:
                 time.sleep(0.2)
         raise RuntimeError("wick serve did not start")
 
+    def post(self, path, body):
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read())
+
     def query(self, q):
         req = urllib.request.Request(self.url + "/v1/query/execute?stream=false",
                                      data=json.dumps(q).encode(), method="POST",
@@ -76,11 +84,16 @@ def document(rng, fact, n_sentences=40):
     return " ".join(sents)
 
 
-def query(docs, question, max_tokens, model):
-    return {"g": {"model": model, "max_tokens": max_tokens, "temperature": 0, "input": {"cross": [
-        {"system": "Answer the question from the documents, briefly."},
-        {"plus": [{"user": d} for d in docs]},
-        {"user": question}]}}}
+def query(docs, question, max_tokens, model, answer_start=""):
+    """answer_start: the assistant's answer so far, which the model continues."""
+    parts = [{"system": "Answer the question from the documents, briefly."},
+             {"plus": [{"user": d} for d in docs]},
+             {"user": question}]
+    g = {"model": model, "max_tokens": max_tokens, "temperature": 0, "input": {"cross": parts}}
+    if answer_start:
+        parts.append({"assistant": answer_start})
+        g["continue_final_message"] = True
+    return {"g": g}
 
 
 def names(rng, n):
@@ -143,12 +156,45 @@ def quality(args, model):
     def tokens(text):
         return text.split()
 
+    def next_tokens(srv, docs, q, starts):
+        """The greedy next token after each answer start (teacher forcing)."""
+        return [srv.query(query(docs, q, 1, model, st))[0]["choices"][0]["message"]["content"]
+                for st in starts]
+
+    forced_ref = []  # per query: the answer starts, and full prefill's next token after each
+
+    def forced(extra):
+        """Top-1 agreement per position, teacher-forced: after each prefix of full prefill's
+        greedy answer (its first --tokens tokens), does the span cache pick full prefill's next
+        token? Positions after a difference still count, unlike exact match."""
+        srv = Server(args.wick, args.model, *extra, *args.serve_args)
+        try:
+            if not forced_ref:  # full prefill: the same server options without the span cache
+                for (docs, q, _), a in zip(cases, ref):
+                    ids = srv.post("/tokenize", {"content": a})["tokens"][:args.tokens]
+                    starts = [srv.post("/detokenize", {"tokens": ids[:i]})["content"]
+                              for i in range(len(ids))]
+                    forced_ref.append((starts, next_tokens(srv, docs, q, starts)))
+                return 1.0
+            same = []
+            for (docs, q, _), (starts, want) in zip(cases, forced_ref):
+                srv.query(query(docs[::-1], "Summarise.", 1, model))
+                got = next_tokens(srv, docs, q, starts)
+                same.append(sum(g == w for g, w in zip(got, want)) / max(len(want), 1))
+            return sum(same) / len(same)
+        finally:
+            srv.stop()
+
     ref = answers([], False)
     acc_ref = sum(str(c) in a for a, (_, _, c) in zip(ref, cases)) / len(cases)
     print(f"full prefill: answer accuracy {acc_ref:.0%}", flush=True)
-    print("\n| setting | exact match | agreement per word (first words) | answer accuracy | span tokens recomputed per query |")
-    print("|---|---|---|---|---|")
-    print(f"| full prefill (reference) | 100% | 100% | {acc_ref:.0%} | |")
+    if args.forced:
+        forced([])
+    col = " top-1 agreement, teacher-forced |" if args.forced else ""
+    print(f"\n| setting | exact match | agreement per word (first words) | answer accuracy | "
+          f"span tokens recomputed per query |{col}")
+    print("|---|---|---|---|---|" + ("---|" if args.forced else ""))
+    print(f"| full prefill (reference) | 100% | 100% | {acc_ref:.0%} | |" + (" 100% |" if args.forced else ""))
     settings = [(k, 0.0) for k in args.recompute]
     for st in args.settings:
         k, _, r = st.partition(":")
@@ -163,8 +209,12 @@ def quality(args, model):
             agree.append(sum(1 for i in range(min(len(gw), len(rw))) if gw[i] == rw[i]) / n)
         acc = sum(str(c) in a for a, (_, _, c) in zip(got, cases)) / len(cases)
         name = f"recompute {k}" + (f", blend {blend:g}" if blend else "")
+        n_redone = sum(redone) / len(redone)
+        tf = ""
+        if args.forced:
+            tf = f" {forced(['--span-cache', '--span-recompute', str(k), '--span-blend', str(blend)]):.1%} |"
         print(f"| span cache, {name} | {exact:.0%} | {sum(agree) / len(agree):.0%} | {acc:.0%} | "
-              f"{sum(redone) / len(redone):.0f} |", flush=True)
+              f"{n_redone:.0f} |{tf}", flush=True)
 
 
 def main():
@@ -179,6 +229,9 @@ def main():
     ap.add_argument("--recompute", type=int, nargs="*", default=[0, 16, 32])
     ap.add_argument("--settings", nargs="*", default=[],
                     help="more quality settings K:R (--span-recompute K --span-blend R), e.g. 0:0.15")
+    ap.add_argument("--forced", action="store_true",
+                    help="also top-1 agreement per position, teacher-forced on full prefill's answer "
+                         "(--tokens requests per query and setting)")
     ap.add_argument("--serve", default="", help="more `wick serve` options, e.g. '--device cuda'")
     args = ap.parse_args()
     args.serve_args = shlex.split(args.serve)

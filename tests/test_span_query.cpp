@@ -162,5 +162,63 @@ TEST_F(SpanLayout, SpansHaveTheSameIdsWhereverTheyStand) {
   }
 }
 
+// continue_final_message (vLLM's): the prompt ends inside the last message,
+// the assistant's, on both the span and the chat path, and equals the full
+// rendering cut after that message's text.
+TEST_F(SpanLayout, ContinueFinalMessageEndsInsideTheAssistantsMessage) {
+  const char* text = R"({"g": {"model": "m", "continue_final_message": true, "input": {"cross": [
+      {"system": "S"}, {"plus": [{"user": "doc A"}, {"user": "doc B"}]}, {"user": "Q?"},
+      {"assistant": "The answer is"}]}}})";
+  const SpanQuery sq = parse_span_query(q(text));
+  ASSERT_TRUE(sq.g.continue_final);
+  std::vector<std::pair<int32_t, int32_t>> spans;
+  std::vector<int32_t> ids;
+  try {
+    ids = span_prompt(view(), flatten(sq.g.input), spans, true);
+  } catch (const ApiError& e) {
+    FAIL() << e.message;
+  }
+  EXPECT_EQ(spans.size(), 2u);
+  const json msgs = json::parse(R"([{"role": "system", "content": "S"},
+      {"role": "user", "content": "doc A"}, {"role": "user", "content": "doc B"},
+      {"role": "user", "content": "Q?"}, {"role": "assistant", "content": "The answer is"}])");
+  EXPECT_EQ(ids, chat_prompt(view(), msgs, nullptr, nullptr, true));
+  const std::string prompt = chat_prompt_text(view(), msgs, nullptr, nullptr, true);
+  const std::string closed = chat_prompt_text(view(), msgs, nullptr, nullptr, false);
+  EXPECT_TRUE(prompt.ends_with("The answer is")) << prompt;
+  // the closed rendering is the same text and the turn's end after it
+  EXPECT_TRUE(closed.starts_with(prompt)) << closed;
+  EXPECT_GT(closed.size(), prompt.size());
+  // the generation prompt's turn header stands before the continued text
+  json open = msgs;
+  open.erase(open.size() - 1);
+  EXPECT_TRUE(prompt.starts_with(chat_prompt_text(view(), open, nullptr, nullptr, false)));
+
+  std::string param;
+  EXPECT_EQ(400, status_of(
+                     [&] {
+                       json no_final = msgs;
+                       no_final.erase(no_final.size() - 1);
+                       chat_prompt(view(), no_final, nullptr, nullptr, true);
+                     },
+                     &param));
+  EXPECT_EQ(param, "continue_final_message");
+  EXPECT_EQ(400, status_of(
+                     [&] {
+                       auto g = parse_span_query(q(R"({"g": {"model": "m", "input": {"cross": [
+                           {"user": "Q?"}, {"plus": [{"assistant": "in a span"}]}]}}})"));
+                       span_prompt(view(), flatten(g.g.input), spans, true);
+                     },
+                     &param));
+  EXPECT_EQ(param, "continue_final_message");
+  EXPECT_EQ(400, status_of(
+                     [&] {
+                       parse_span_query(q(R"({"g": {"model": "m", "continue_final_message": 1,
+                           "input": {"user": "Q?"}}})"));
+                     },
+                     &param));
+  EXPECT_EQ(param, "g.continue_final_message");
+}
+
 }  // namespace
 }  // namespace wick::server

@@ -74,14 +74,27 @@ void check_template_kwargs(const json& extra) {
 }  // namespace
 
 std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const json& tools,
-                                 const json& extra) {
-  return m.tokenizer.encode(chat_prompt_text(m, messages, tools, extra),
+                                 const json& extra, bool continue_final) {
+  return m.tokenizer.encode(chat_prompt_text(m, messages, tools, extra, continue_final),
                             {.add_special = false, .parse_special = true});
 }
 
+std::string cut_after_final_content(const std::string& rendered, const std::string& content,
+                                    const std::string& param) {
+  const size_t at = content.empty() ? std::string::npos : rendered.rfind(content);
+  if (at == std::string::npos)
+    bad(param, content.empty() ? "continuing the final message needs it to have content"
+                               : "this model's chat template does not write the final message's "
+                                 "content as it is, so it cannot be continued");
+  return rendered.substr(0, at + content.size());
+}
+
 std::string chat_prompt_text(const ModelView& m, const json& messages, const json& tools,
-                             const json& extra) {
+                             const json& extra, bool continue_final) {
   check_messages(messages);
+  if (continue_final && messages.back()["role"] != "assistant")
+    bad("continue_final_message",
+        "continue_final_message needs the last message to be the assistant's");
   check_template_kwargs(extra);
   if (!tools.is_null()) {
     if (!tools.is_array()) bad("tools", "'tools' must be an array", "invalid_type");
@@ -93,7 +106,7 @@ std::string chat_prompt_text(const ModelView& m, const json& messages, const jso
   if (tk.chat_template.empty())
     bad("messages", "this model has no chat template; use the completions endpoint");
   json vars = {{"messages", msgs},
-               {"add_generation_prompt", true},
+               {"add_generation_prompt", !continue_final},
                {"bos_token", tk.bos_token},
                {"eos_token", tk.eos_token}};
   if (!tools.is_null()) vars["tools"] = tools;
@@ -105,6 +118,8 @@ std::string chat_prompt_text(const ModelView& m, const json& messages, const jso
   } catch (const jinja::TemplateError& e) {
     bad("messages", e.what(), "template_error");
   }
+  if (continue_final)
+    text = cut_after_final_content(text, msgs.back()["content"], "continue_final_message");
   return text;
 }
 

@@ -151,7 +151,7 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
     }
   } else {
     std::vector<std::pair<int32_t, int32_t>> spans;
-    g.prompt = fit(span_prompt(view, flatten(q.g.input), spans));
+    g.prompt = fit(span_prompt(view, flatten(q.g.input), spans, q.g.continue_final));
     // with the span cache, each plus child is a span whose KV is reused anywhere
     if (span_cache)
       for (auto [b, e] : spans) g.spans.push_back({b, e});

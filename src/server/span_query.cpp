@@ -1,5 +1,6 @@
 #include "server/span_query.h"
 
+#include "server/chat_prompt.h"
 #include "text/chat_template.h"
 
 namespace wick::server {
@@ -73,6 +74,12 @@ SpanGenerate parse_generate(const json& obj, const std::string& path) {
   g.input = parse_node(obj["input"], path + ".input", 0);
   parse_sampling(obj, path, g);
   parse_span_repair(obj, path + ".", g.repair);
+  if (auto it = obj.find("continue_final_message"); it != obj.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      bad(path + ".continue_final_message", path + ".continue_final_message must be a boolean",
+          "invalid_type");
+    g.continue_final = it->get<bool>();
+  }
   return g;
 }
 
@@ -167,12 +174,23 @@ std::vector<PromptPiece> flatten(const SpanNode& input) {
   return out;
 }
 
-std::vector<int32_t> span_prompt(const ModelView& m, const std::vector<PromptPiece>& pieces,
-                                 std::vector<std::pair<int32_t, int32_t>>& spans) {
+std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pieces,
+                                 std::vector<std::pair<int32_t, int32_t>>& spans,
+                                 bool continue_final) {
   const Tokenizer& tk = m.tokenizer;
   if (tk.chat_template.empty())
     bad("input", "this model has no chat template; span queries need one");
   if (pieces.empty()) bad("input", "the query's input has no messages");
+  json final_msg;  // continue_final: the message the answer continues, rendered last
+  if (continue_final) {
+    PromptPiece& last = pieces.back();
+    if (last.independent || last.messages.back()["role"] != "assistant")
+      bad("continue_final_message",
+          "continue_final_message needs the input to end with an assistant message outside plus");
+    final_msg = last.messages.back();
+    last.messages.erase(last.messages.size() - 1);
+    if (last.messages.empty()) pieces.pop_back();
+  }
   std::vector<int32_t> ids;
   try {
     const ChatTemplate t(tk.chat_template, m.name);
@@ -194,7 +212,11 @@ std::vector<int32_t> span_prompt(const ModelView& m, const std::vector<PromptPie
         if (!p.independent && msg["role"] == "system") systems.push_back(msg);
       }
     }
-    append(added_text(t, tk, before, json::array(), true));
+    if (continue_final)
+      append(cut_after_final_content(added_text(t, tk, before, json::array({final_msg}), false),
+                                     final_msg["content"], "continue_final_message"));
+    else
+      append(added_text(t, tk, before, json::array(), true));
   } catch (const jinja::TemplateError& e) {
     bad("input", e.what(), "template_error");
   }

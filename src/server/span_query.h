@@ -26,6 +26,9 @@ struct SpanGenerate {
   int32_t max_tokens = 2048;
   float temperature = 0.6f;
   GenerateRequest repair;  // wick's extras span_recompute, span_blend (those fields alone)
+  // vLLM's continue_final_message: the answer continues the input's last
+  // message, the assistant's, instead of starting a new one
+  bool continue_final = false;
 };
 
 struct SpanQuery {
@@ -51,7 +54,10 @@ std::vector<PromptPiece> flatten(const SpanNode& input);
 // (an independent piece: to the system messages before it alone, so its ids
 // are the same wherever it stands), then the generation prompt. spans gets
 // each independent piece's [begin, end) in the ids.
-std::vector<int32_t> span_prompt(const ModelView& m, const std::vector<PromptPiece>& pieces,
-                                 std::vector<std::pair<int32_t, int32_t>>& spans);
+// With continue_final the prompt ends inside the last message (an assistant's,
+// not in a plus) instead of with the generation prompt.
+std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pieces,
+                                 std::vector<std::pair<int32_t, int32_t>>& spans,
+                                 bool continue_final = false);
 
 }  // namespace wick::server
