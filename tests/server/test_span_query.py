@@ -149,3 +149,33 @@ def test_span_repair_extras_count_exactly(span_server):
     q["g"]["span_blend"] = 1.5
     r = requests.post(span_server.url + "/v1/query/execute", data=json.dumps(q), timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "g.span_blend"
+
+
+def test_continue_final_message_continues_the_answer(server):
+    """A greedy answer cut at a word boundary and sent back as the assistant's last message
+    (continue_final_message) is continued with the rest of the same answer: on the chat
+    endpoint and on span queries."""
+    msgs = [{"role": "user", "content": "List three colours of the rainbow, separated by commas."}]
+    chat = {"model": NAME, "max_tokens": 16, "temperature": 0}
+    r = requests.post(server.url + "/v1/chat/completions", json={**chat, "messages": msgs}, timeout=60)
+    assert r.status_code == 200, r.text
+    full = r.json()["choices"][0]["message"]["content"]
+    cut = full.index(" ", 1)
+    head = full[:cut]
+    r = requests.post(server.url + "/v1/chat/completions", timeout=60, json={
+        **chat, "max_tokens": 24, "continue_final_message": True,
+        "messages": msgs + [{"role": "assistant", "content": head}]})
+    assert r.status_code == 200, r.text
+    assert (head + r.json()["choices"][0]["message"]["content"]).startswith(full)
+
+    q = rag("What is the capital of France?", DOCS)
+    answer = execute(server, q, stream=False)["choices"][0]["message"]["content"]
+    cut = answer.index(" ", 1)
+    q["g"]["input"]["cross"].append({"assistant": answer[:cut]})
+    q["g"]["continue_final_message"] = True
+    rest = execute(server, q, stream=False)["choices"][0]["message"]["content"]
+    assert (answer[:cut] + rest).startswith(answer)
+
+    r = requests.post(server.url + "/v1/chat/completions", timeout=60,
+                      json={**chat, "messages": msgs, "continue_final_message": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message", r.text
