@@ -390,6 +390,11 @@ void register_serve(CLI::App& app) {
                   "whose K/V deviates most from the cached span's once it sees what precedes it "
                   "(CacheBlend-style, measured at layer 1; default 0.15; 0 turns it off)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--span-context", cfg.engine.span_context,
+                "with --span-cache: each span of a query is computed after the text before the "
+                "first span (the system messages) instead of alone, and cached under it: spans "
+                "keep the real start of the prompt and miss only each other (request extra "
+                "span_context on spnl's g; default off)");
   static std::string keep_alive, pooling = "mean";
   cmd->add_option("--keep-alive", keep_alive,
                   "how long a model stays loaded after a request that sets no keep_alive: a "
