@@ -159,7 +159,7 @@ void register_generate(CLI::App& app) {
       "Generate a continuation of one prompt (--span FILE: documents computed alone and cached)");
   static GenOptions o;
   static std::string prompt, prompt_ids;
-  static bool raw = false, as_json = false, truncate = false;
+  static bool raw = false, as_json = false, truncate = false, span_context = false;
   static int32_t n_logprobs = -1, span_recompute = 0;
   static float span_blend = 0.15f;
   static std::vector<std::string> span_files;
@@ -190,6 +190,9 @@ void register_generate(CLI::App& app) {
                   "from the cached span's once it sees what precedes it (CacheBlend-style; "
                   "default 0.15; 0 turns it off)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--span-context", span_context,
+                "each span computed after the prompt's text before the first span (the chat "
+                "template's start) instead of alone, and cached under it");
   add_gen_options(cmd, o);
   add_device_options(cmd);
   cmd->callback([] {
@@ -229,6 +232,7 @@ void register_generate(CLI::App& app) {
     Session s(m, o.ctx_size, !spans.empty(), span_recompute, spec_config(o.spec), span_blend);
     GenerateRequest req = make_request(o, ids);
     req.spans = spans;
+    if (span_context && !spans.empty()) req.span_context = spans.front().first;
     req.truncate = truncate;
     req.top_logprobs = n_logprobs;
     auto res = s.generate(req, [](std::string_view t) {
@@ -390,6 +394,11 @@ void register_serve(CLI::App& app) {
                   "whose K/V deviates most from the cached span's once it sees what precedes it "
                   "(CacheBlend-style, measured at layer 1; default 0.15; 0 turns it off)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--span-context", cfg.engine.span_context,
+                "with --span-cache: each span of a query is computed after the text before the "
+                "first span (the system messages) instead of alone, and cached under it: spans "
+                "keep the real start of the prompt and miss only each other (request extra "
+                "span_context on spnl's g; default off)");
   static std::string keep_alive, pooling = "mean";
   cmd->add_option("--keep-alive", keep_alive,
                   "how long a model stays loaded after a request that sets no keep_alive: a "

@@ -8,6 +8,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "engine/span_layout.h"
+
 namespace wick {
 
 namespace {
@@ -84,17 +86,7 @@ void lay_out_spans(const GenerateRequest& req, int32_t bs, Sequence& s) {
   }
   t.insert(t.end(), req.prompt.begin() + at, req.prompt.end());
   s.commit_limit = s.spans.front().pos;
-  for (size_t blk = 0; blk * size_t(bs) < t.size(); ++blk) {
-    int32_t begin = bs, end = 0;
-    for (int32_t i = 0; i < bs; ++i) {
-      const size_t pos = blk * size_t(bs) + size_t(i);
-      if (pos >= t.size() || t[pos] != kHole) {  // positions to come are valid
-        begin = std::min(begin, i);
-        end = i + 1;
-      }
-    }
-    s.fills.push_back({std::min(begin, end), end});
-  }
+  s.fills = block_fills(t, bs);
 }
 
 }  // namespace
@@ -146,6 +138,10 @@ int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
     lay_out_spans(req, cfg_.block_size, *s);
     s->span_recompute = req.span_recompute >= 0 ? req.span_recompute : cfg_.span_recompute;
     s->span_blend = req.span_blend >= 0.f ? req.span_blend : cfg_.span_blend;
+    const int32_t n_ctx = req.span_context >= 0 ? req.span_context
+                          : cfg_.span_context   ? req.spans.front().first
+                                                : 0;
+    s->span_ctx.assign(req.prompt.begin(), req.prompt.begin() + n_ctx);
     if (int32_t(s->tokens.size()) >= cfg_.n_ctx)
       throw GenerateError(fmt::format(
           "the prompt's span layout takes {} positions (spans start blocks of {}) but the "

@@ -48,6 +48,9 @@ struct EngineConfig {
   // prefix, and the 15 % of each span's tokens whose K/V deviates most
   int32_t span_recompute = 0;  // tokens computed again at the start of each span
   float span_blend = 0.15f;    // and this fraction of each span, where K/V deviates most (0: off)
+  // Spans are computed after all the text before the first span (e.g. the
+  // system prompt), for requests that leave GenerateRequest::span_context at -1.
+  bool span_context = false;
   // Speculative decoding: the method for requests that leave it to the
   // engine, the draft model (its KV cache gets as many blocks as the
   // target's), the proposers' limits.
@@ -98,6 +101,7 @@ class Engine {
   int32_t n_running() const { return scheduler_.n_running(); }
   int32_t n_waiting() const { return scheduler_.n_waiting(); }
   const BlockPool& blocks() const { return scheduler_.blocks(); }
+  const KvStore& kv() const { return runner_.kv(); }  // the blocks' K/V (on the CPU: readable)
   // The KV-cache events since the last call (config().kv_events), oldest first.
   std::vector<BlockPool::Event> take_kv_events() { return std::exchange(kv_events_, {}); }
   // Empties the prefix cache (an idle engine about to be freed).

@@ -55,6 +55,7 @@ class ModelRunner {
 
   int64_t n_blocks() const { return kv_->n_blocks(); }
   int64_t block_size() const { return kv_->block_size; }
+  const KvStore& kv() const { return *kv_; }  // for inspection (tests read cached K/V)
 
  private:
   float* device_logits(size_t n_rows);

@@ -62,6 +62,15 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
     throw GenerateError(fmt::format("span_recompute must be >= 0 (got {})", req.span_recompute));
   if (req.span_blend != -1.f && !(req.span_blend >= 0.f && req.span_blend <= 1.f))
     throw GenerateError(fmt::format("span_blend must be in [0, 1] (got {})", req.span_blend));
+  if (req.span_context < -1)
+    throw GenerateError(fmt::format("span_context must be >= 0 (got {})", req.span_context));
+  if (req.span_context > 0 && req.spans.empty())
+    throw GenerateError("span_context needs spans: the tokens each span is computed after");
+  if (!req.spans.empty() && req.span_context > req.spans.front().first)
+    throw GenerateError(
+        fmt::format("span_context {} reaches past the first span's begin {}: the context must "
+                    "come before every span",
+                    req.span_context, req.spans.front().first));
 }
 
 std::vector<int32_t> fit_prompt(const GenerateRequest& req, int32_t n_ctx) {

@@ -51,6 +51,12 @@ struct GenerateRequest {
   // style, measured at layer 1 by a cheap pass over the span); 0 off, -1:
   // the engine's default.
   float span_blend = -1.f;
+  // Each span is computed as if it followed the prompt's first span_context
+  // tokens (at most the first span's begin; 0: alone), e.g. the system
+  // prompt: the span keeps the real attention sink and context and misses
+  // only the other spans. Its cached K/V is found only after the same
+  // context tokens. -1: the engine's default (EngineConfig::span_context).
+  int32_t span_context = -1;
   // Speculative decoding: which proposer guesses the next tokens, and at
   // most how many per step (-1: the engine's draft_max). Never changes
   // what greedy decoding gives; sampled output keeps its distribution.

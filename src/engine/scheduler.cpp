@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/span_blend.h"
+#include "engine/span_layout.h"
 
 namespace wick {
 
@@ -155,7 +156,10 @@ void Scheduler::start_job(Sequence& s, size_t span) {
   auto job = std::make_unique<Sequence>();
   job->id = -s.id;  // never looked up by id
   job->req.prefill_chunk = s.req.prefill_chunk;
-  job->tokens = s.spans[span].tokens;
+  // after the context, if any: its blocks are the job's own (computed
+  // again, not taken from the prefix cache) and go back when it ends
+  job->tokens = span_job_tokens(s.span_ctx, s.spans[span].tokens, pool_.block_size());
+  if (!s.span_ctx.empty()) job->fills = block_fills(job->tokens, pool_.block_size());
   job->n_prompt = int32_t(job->tokens.size());
   job->parent = &s;
   job->parent_span = span;
@@ -163,9 +167,11 @@ void Scheduler::start_job(Sequence& s, size_t span) {
   jobs_.push_back(std::move(job));
 }
 
-bool Scheduler::job_computes(const std::vector<int32_t>& tokens) const {
-  return std::any_of(jobs_.begin(), jobs_.end(),
-                     [&](const auto& job) { return job->tokens == tokens; });
+bool Scheduler::job_computes(const Sequence& s, const Sequence::Span& sp) const {
+  return std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& job) {
+    return job->parent->spans[job->parent_span].tokens == sp.tokens &&
+           job->parent->span_ctx == s.span_ctx;
+  });
 }
 
 // A span is looked up until found: a span that another job computes is
@@ -175,9 +181,9 @@ void Scheduler::resolve_spans(Sequence& s) {
   for (size_t i = s.next_span; i < s.spans.size(); ++i) {
     auto& sp = s.spans[i];
     if (!sp.ready.empty() || sp.job_running) continue;
-    sp.ready = pool_.match_span(sp.tokens);
+    sp.ready = pool_.match_span(sp.tokens, s.span_ctx);
     sp.hit = !sp.ready.empty();
-    if (!sp.hit && !job_computes(sp.tokens)) start_job(s, i);
+    if (!sp.hit && !job_computes(s, sp)) start_job(s, i);
   }
 }
 
@@ -213,11 +219,14 @@ bool Scheduler::place_span(Sequence& s, Sequence::Span& sp) {
   pl.end = sp.pos + int32_t(sp.ready.size()) * bs;  // the span's last block ends here
   pl.n_tokens = n;
   pl.hit = sp.hit;
+  // A span with nothing before it already has the K/V of a full prefill;
+  // so has the first span when all before it is the context it was computed after.
+  pl.exact = sp.pos == 0 || (&sp == &s.spans.front() && !s.span_ctx.empty() &&
+                             int32_t(s.span_ctx.size()) == s.req.spans.front().first);
   sp.ready.clear();
   GenerateResult& r = s.result;
   ++(sp.hit ? r.n_span_hits : r.n_span_misses);
-  // A span with nothing before it already has the K/V of a full prefill.
-  if (sp.pos > 0 && s.span_blend > 0.f) {  // measure every token first
+  if (!pl.exact && s.span_blend > 0.f) {  // measure every token first
     pl.deviation.assign(size_t(n), 0.f);
     for (int32_t i = 0; i < n; ++i) pl.measure.push_back(sp.pos + i);
   } else {
@@ -228,7 +237,7 @@ bool Scheduler::place_span(Sequence& s, Sequence::Span& sp) {
 
 void Scheduler::choose_redo(Sequence& s) {
   Sequence::Placing& pl = s.placing;
-  const int32_t k = pl.pos == 0 ? 0 : s.span_recompute;
+  const int32_t k = pl.exact ? 0 : s.span_recompute;
   pl.redo = choose_span_rows(pl.deviation, pl.n_tokens, k, s.span_blend);
   for (int32_t& p : pl.redo) p += pl.pos;
   pl.chosen = true;
@@ -422,8 +431,15 @@ void Scheduler::update(const SchedulerOutput& plan, std::span<const float> devia
       ++it;
       continue;
     }
-    pool_.commit_span(job.block_table, job.tokens);
-    auto& sp = job.parent->spans[job.parent_span];
+    Sequence& parent = *job.parent;
+    auto& sp = parent.spans[job.parent_span];
+    // the context's blocks go back; the span's are cached under the context
+    const auto n_ctx_blocks = std::ptrdiff_t(
+        (parent.span_ctx.size() + size_t(pool_.block_size()) - 1) / size_t(pool_.block_size()));
+    for (auto b = job.block_table.begin(); b != job.block_table.begin() + n_ctx_blocks; ++b)
+      pool_.release(*b);
+    job.block_table.erase(job.block_table.begin(), job.block_table.begin() + n_ctx_blocks);
+    pool_.commit_span(job.block_table, sp.tokens, parent.span_ctx);
     sp.ready = std::move(job.block_table);
     sp.hit = sp.job_running = false;
     it = jobs_.erase(it);

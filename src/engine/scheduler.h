@@ -9,10 +9,10 @@
 //
 // Span layouts (the span cache): once admitted, a sequence holds each of
 // its spans' blocks from the span cache (verified, shared by reference) or,
-// on a miss, starts a span job that computes the span alone (one job per
-// distinct span at a time: others wait for its blocks to be cached) and
-// hands its blocks over. Jobs run first, in the same steps as sequences.
-// When the sequence reaches a span it waits for those blocks, puts them in
+// on a miss, starts a span job that computes the span alone, or after the
+// sequence's span context (one job per distinct span and context at a time:
+// others wait for its blocks to be cached) and hands the span's blocks over. Jobs run first, in the
+// same steps as sequences. When the sequence reaches a span it waits for those blocks, puts them in
 // its block table, and computes some of its tokens again, with attention
 // over everything before them, into private copies of their blocks; the rest
 // of the span is the cache's. Those tokens are the first span_recompute
@@ -118,7 +118,7 @@ class Scheduler {
   void choose_redo(Sequence& s);       // the placed span's rows to compute again, counted
   bool copy_redo_blocks(Sequence& s);  // false while no blocks are free
   void start_job(Sequence& s, size_t span);
-  bool job_computes(const std::vector<int32_t>& tokens) const;
+  bool job_computes(const Sequence& s, const Sequence::Span& sp) const;  // after s's context
   void drop_span_state(Sequence& s);  // jobs, held blocks, placement
 
   BlockPool pool_;

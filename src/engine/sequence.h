@@ -55,6 +55,9 @@ struct Sequence {
   int32_t commit_limit = INT32_MAX;  // blocks past this position stay out of the prefix cache
   int32_t span_recompute = 0;        // tokens recomputed at the start of each placed span
   float span_blend = 0.f;  // and this fraction of each span's tokens, those whose K/V deviates most
+  // the prompt's first req.span_context tokens: each span is computed after
+  // them (and cached under them); empty: alone
+  std::vector<int32_t> span_ctx;
   // The span being placed: its blocks are in the block table and n_computed
   // stays at its first position until its tokens are settled. The cached
   // K/V stands but for `redo`, positions computed again (as rows at their
@@ -65,6 +68,7 @@ struct Sequence {
     int32_t pos = -1, end = -1;    // the span's first position and its last block's end; -1: none
     int32_t n_tokens = 0;          // the span's tokens, from pos on
     bool hit = false;              // its blocks came from the span cache
+    bool exact = false;            // its cached K/V is a full prefill's: nothing to repair
     std::vector<int32_t> measure;  // positions still to measure, in order
     std::vector<float> deviation;  // per span token: its layer-1 K/V's distance from the cache's
     std::vector<int32_t> redo;     // positions still to compute again, in order

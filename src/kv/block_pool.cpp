@@ -56,6 +56,7 @@ void BlockPool::unhash(int32_t id) {
   if (events_) events_->push_back({false, b.hash, std::nullopt, {}});
   b.hashed = false;
   b.tokens.clear();
+  b.context.clear();
 }
 
 void BlockPool::drop_cached() {
@@ -81,17 +82,15 @@ void BlockPool::release(int32_t id) {
   }
 }
 
-bool BlockPool::store(int32_t id, uint64_t h, uint64_t parent, std::span<const int32_t> tokens) {
+bool BlockPool::store(int32_t id, uint64_t h, std::optional<uint64_t> parent,
+                      std::span<const int32_t> tokens) {
   Block& b = blocks_[size_t(id)];
   if (b.hashed || by_hash_.count(h)) return false;  // an identical block is already cached
   b.hashed = true;
   b.hash = h;
   b.tokens.assign(tokens.begin(), tokens.end());
   by_hash_[h] = id;
-  if (events_) {
-    const bool root = parent == 0 || parent == kSpanRoot;
-    events_->push_back({true, h, root ? std::nullopt : std::optional<uint64_t>(parent), b.tokens});
-  }
+  if (events_) events_->push_back({true, h, parent, b.tokens});
   return true;
 }
 
@@ -100,40 +99,60 @@ uint64_t BlockPool::commit(int32_t id, uint64_t parent, std::span<const int32_t>
   if (!prefix_cache_) return h;
   const Block& b = blocks_[size_t(id)];
   if (b.hashed) return b.hash;
-  store(id, h, parent, tokens);
+  store(id, h, parent ? std::optional<uint64_t>(parent) : std::nullopt, tokens);
   return h;
 }
 
-std::vector<int32_t> BlockPool::match_span(std::span<const int32_t> tokens) {
-  ++n_span_queries;
+// No context: the fixed root, as before contexts existed (same hashes).
+uint64_t BlockPool::span_root(std::span<const int32_t> context) const {
+  return context.empty() ? kSpanRoot : chain_hash(kSpanRoot, context);
+}
+
+std::vector<int32_t> BlockPool::find_span(std::span<const int32_t> tokens,
+                                          std::span<const int32_t> context) const {
   std::vector<int32_t> out;
-  uint64_t parent = kSpanRoot;
+  uint64_t parent = span_root(context);
   for (size_t start = 0; start < tokens.size(); start += size_t(block_size_)) {
     auto chunk = tokens.subspan(start, std::min(size_t(block_size_), tokens.size() - start));
     const uint64_t h = chain_hash(parent, chunk);
     auto it = by_hash_.find(h);
-    const bool hit = it != by_hash_.end() && std::equal(chunk.begin(), chunk.end(),
-                                                        blocks_[size_t(it->second)].tokens.begin(),
-                                                        blocks_[size_t(it->second)].tokens.end());
-    if (!hit) {  // all or nothing
-      for (int32_t b : out) release(b);
+    if (it == by_hash_.end()) return {};
+    const Block& b = blocks_[size_t(it->second)];
+    // verified token by token; the first block also by its context (a
+    // block that chains from another block has no context)
+    const auto ctx = start == 0 ? context : std::span<const int32_t>{};
+    if (!std::equal(chunk.begin(), chunk.end(), b.tokens.begin(), b.tokens.end()) ||
+        !std::equal(ctx.begin(), ctx.end(), b.context.begin(), b.context.end()))
       return {};
-    }
-    Block& b = blocks_[size_t(it->second)];
-    if (b.ref++ == 0) free_.erase(b.free_it);
     out.push_back(it->second);
     parent = h;
+  }
+  return out;
+}
+
+std::vector<int32_t> BlockPool::match_span(std::span<const int32_t> tokens,
+                                           std::span<const int32_t> context) {
+  ++n_span_queries;
+  std::vector<int32_t> out = find_span(tokens, context);
+  if (out.empty()) return out;  // all or nothing
+  for (int32_t id : out) {
+    Block& b = blocks_[size_t(id)];
+    if (b.ref++ == 0) free_.erase(b.free_it);
   }
   ++n_span_hits;
   return out;
 }
 
-void BlockPool::commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens) {
-  uint64_t parent = kSpanRoot;
+void BlockPool::commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens,
+                            std::span<const int32_t> context) {
+  uint64_t parent = span_root(context);
   for (size_t i = 0, start = 0; start < tokens.size(); ++i, start += size_t(block_size_)) {
     auto chunk = tokens.subspan(start, std::min(size_t(block_size_), tokens.size() - start));
     const uint64_t h = chain_hash(parent, chunk);
-    store(blocks[i], h, parent, chunk);
+    // a span's first block has no parent block (its root is no block)
+    if (store(blocks[i], h, i == 0 ? std::nullopt : std::optional<uint64_t>(parent), chunk) &&
+        i == 0)
+      blocks_[size_t(blocks[i])].context.assign(context.begin(), context.end());
     parent = h;
   }
 }

@@ -40,8 +40,17 @@ class BlockPool {
   // parent), so the span is found wherever it appears; its last block may
   // hold fewer than block_size tokens. match_span returns all of the span's
   // blocks, each with a new reference, or none; both verify token by token.
-  std::vector<int32_t> match_span(std::span<const int32_t> tokens);
-  void commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens);
+  // A span computed after context tokens (GenerateRequest::span_context)
+  // chains from a root that hashes them, and its first block keeps them for
+  // verification: it is found only after the same context.
+  std::vector<int32_t> match_span(std::span<const int32_t> tokens,
+                                  std::span<const int32_t> context = {});
+  void commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens,
+                   std::span<const int32_t> context = {});
+  // The span's cached blocks as match_span finds them, without references
+  // or counting (empty: not cached).
+  std::vector<int32_t> find_span(std::span<const int32_t> tokens,
+                                 std::span<const int32_t> context = {}) const;
 
   // KV-cache events, for routers that track which blocks each replica holds
   // (vLLM's BlockStored / BlockRemoved): appended to `log` while it is set.
@@ -67,14 +76,17 @@ class BlockPool {
     int32_t ref = 0;
     bool hashed = false;
     uint64_t hash = 0;
-    std::vector<int32_t> tokens;  // the tokens it holds, for verification
+    std::vector<int32_t> tokens;   // the tokens it holds, for verification
+    std::vector<int32_t> context;  // a span's first block: the context it was computed after
     std::list<int32_t>::iterator free_it;
   };
   void unhash(int32_t b);
-  // Registers a block under hash h (parent: the hash before it, 0 or
-  // kSpanRoot for none) with its tokens; false when h is taken.
-  bool store(int32_t id, uint64_t h, uint64_t parent, std::span<const int32_t> tokens);
+  // Registers a block under hash h (parent: the hash before it, none for
+  // a sequence's or a span's first block) with its tokens; false when h is taken.
+  bool store(int32_t id, uint64_t h, std::optional<uint64_t> parent,
+             std::span<const int32_t> tokens);
   static constexpr uint64_t kSpanRoot = 0x5350414e524f4f54ull;  // "SPANROOT"
+  uint64_t span_root(std::span<const int32_t> context) const;
 
   int32_t block_size_;
   uint64_t model_id_;

@@ -157,6 +157,9 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
       for (auto [b, e] : spans) g.spans.push_back({b, e});
     g.span_recompute = q.g.repair.span_recompute;
     g.span_blend = q.g.repair.span_blend;
+    // the context: everything before the first span (the system messages)
+    if (q.g.span_context && !g.spans.empty())
+      g.span_context = *q.g.span_context ? g.spans.front().first : 0;
   }
   g.max_tokens = int32_t(std::min<int64_t>(q.g.max_tokens, view.n_ctx - int64_t(g.prompt.size())));
   return r;

@@ -80,6 +80,11 @@ SpanGenerate parse_generate(const json& obj, const std::string& path) {
           "invalid_type");
     g.continue_final = it->get<bool>();
   }
+  if (auto it = obj.find("span_context"); it != obj.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      bad(path + ".span_context", path + ".span_context must be a boolean", "invalid_type");
+    g.span_context = it->get<bool>();
+  }
   return g;
 }
 

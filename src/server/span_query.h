@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,9 @@ struct SpanGenerate {
   // vLLM's continue_final_message: the answer continues the input's last
   // message, the assistant's, instead of starting a new one
   bool continue_final = false;
+  // wick's extra span_context: each span computed after the text before the
+  // first span (true) or alone (false); unset: the server's --span-context
+  std::optional<bool> span_context;
 };
 
 struct SpanQuery {

@@ -179,3 +179,48 @@ def test_continue_final_message_continues_the_answer(server):
     r = requests.post(server.url + "/v1/chat/completions", timeout=60,
                       json={**chat, "messages": msgs, "continue_final_message": True})
     assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message", r.text
+
+
+def test_span_context_extra_keys_the_cache_by_the_system_message(span_server):
+    """`span_context` on `g`: documents computed after the system message are
+    cached under it: found again in another order (the first document, right
+    after its context, needs no repair), not by another system message nor
+    when computed alone; a non-boolean is a 400."""
+    docs = [d + " " + " ".join(f"Line {i} of the context test." for i in range(10)) for d in DOCS]
+    q = rag("What is the capital of Peru?", docs)
+    q["g"].update({"span_context": True, "span_recompute": 4, "span_blend": 0})
+    first = execute(span_server, q, stream=False)["usage"]["span_cache"]
+    assert first["misses"] == 3 and first["tokens_recomputed"] == 2 * 4
+    q["g"]["input"]["cross"][1]["plus"].reverse()
+    again = execute(span_server, q, stream=False)
+    assert again["usage"]["span_cache"]["hits"] == 3 and again["usage"]["span_cache"]["misses"] == 0
+    assert again["usage"]["span_cache"]["tokens_recomputed"] == 2 * 4
+    assert "Lima" in again["choices"][0]["message"]["content"]
+    other = json.loads(json.dumps(q))
+    other["g"]["input"]["cross"][0]["system"] = "Reply in one word."
+    assert execute(span_server, other, stream=False)["usage"]["span_cache"]["misses"] == 3
+    q["g"]["span_context"] = False
+    alone = execute(span_server, q, stream=False)["usage"]["span_cache"]
+    assert alone["misses"] == 3 and alone["tokens_recomputed"] == 3 * 4
+    q["g"]["span_context"] = 1
+    r = requests.post(span_server.url + "/v1/query/execute", data=json.dumps(q), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "g.span_context"
+
+
+def test_serve_span_context_is_the_default_for_span_queries():
+    """`wick serve --span-context`: queries that do not say are computed after
+    the system message (the first document needs no repair; a repeat hits)."""
+    from conftest import Server
+    s = Server("--span-cache", "--span-context", "--span-recompute", "4", "--span-blend", "0")
+    try:
+        docs = [d + " " + " ".join(f"Entry {i} of the default test." for i in range(10)) for d in DOCS]
+        first = execute(s, rag("What is the capital of France?", docs), stream=False)["usage"]["span_cache"]
+        assert first["misses"] == 3 and first["tokens_recomputed"] == 2 * 4
+        again = execute(s, rag("What is the capital of Peru?", docs[::-1]), stream=False)["usage"]["span_cache"]
+        assert again["hits"] == 3 and again["tokens_recomputed"] == 2 * 4
+        q = rag("What is the capital of Peru?", docs)
+        q["g"]["span_context"] = False  # the request's extra wins
+        assert execute(s, q, stream=False)["usage"]["span_cache"]["misses"] == 3
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
