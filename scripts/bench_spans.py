@@ -165,15 +165,19 @@ def quality(args, model):
 
     def forced(extra):
         """Top-1 agreement per position, teacher-forced: after each prefix of full prefill's
-        greedy answer (its first --tokens tokens), does the span cache pick full prefill's next
-        token? Positions after a difference still count, unlike exact match."""
+        greedy answer (its first --tokens tokens, and its end if it ended before), does the
+        span cache pick full prefill's next token? Positions after a difference still count,
+        unlike exact match."""
         srv = Server(args.wick, args.model, *extra, *args.serve_args)
         try:
             if not forced_ref:  # full prefill: the same server options without the span cache
                 for (docs, q, _), a in zip(cases, ref):
-                    ids = srv.post("/tokenize", {"content": a})["tokens"][:args.tokens]
+                    ids = srv.post("/tokenize", {"content": a})["tokens"]
+                    # an answer that ended before --tokens also counts its end (the next
+                    # token after the whole answer: the end of the turn, empty text)
+                    n = min(len(ids) + 1, args.tokens)
                     starts = [srv.post("/detokenize", {"tokens": ids[:i]})["content"]
-                              for i in range(len(ids))]
+                              for i in range(n)]
                     forced_ref.append((starts, next_tokens(srv, docs, q, starts)))
                 return 1.0
             same = []
