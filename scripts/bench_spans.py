@@ -3,8 +3,9 @@
 
 Runs `wick serve` on loopback and sends spnl span queries to
 POST /v1/query/execute: a system message, N documents as `plus` children,
-then a question. Documents are synthetic (about 500 tokens of filler
-sentences each) with one fact planted ("The access code of NAME is NUMBER.").
+then a question. Documents are synthetic filler sentences (TTFT: about 500
+tokens each, --doc-sentences; quality: about 130) with one fact planted
+("The access code of NAME is NUMBER.").
 
   ttft     for N in --docs: cold (N new documents) and warm (the same
            documents in another order, another question), greedy, 1 token;
@@ -84,7 +85,7 @@ def document(rng, fact, n_sentences=40):
     return " ".join(sents)
 
 
-def query(docs, question, max_tokens, model, answer_start=""):
+def query(docs, question, max_tokens, model, answer_start="", prompt_logprobs=None):
     """answer_start: the assistant's answer so far, which the model continues."""
     parts = [{"system": "Answer the question from the documents, briefly."},
              {"plus": [{"user": d} for d in docs]},
@@ -93,6 +94,8 @@ def query(docs, question, max_tokens, model, answer_start=""):
     if answer_start:
         parts.append({"assistant": answer_start})
         g["continue_final_message"] = True
+    if prompt_logprobs is not None:
+        g["prompt_logprobs"] = prompt_logprobs
     return {"g": g}
 
 
@@ -108,7 +111,8 @@ def ttft(args, model):
         for n_docs in args.docs:
             rng = random.Random(n_docs)
             who = names(rng, n_docs)
-            docs = [document(rng, f"The access code of {w} is {rng.randrange(1000, 9999)}.") for w in who]
+            docs = [document(rng, f"The access code of {w} is {rng.randrange(1000, 9999)}.",
+                             args.doc_sentences) for w in who]
             srv.query(query(["warm-up"], "Hi?", 1, model))
             cold, t_cold = srv.query(query(docs, f"What is the access code of {who[0]}?", 1, model))
             shuffled = docs[:]
@@ -156,36 +160,42 @@ def quality(args, model):
     def tokens(text):
         return text.split()
 
-    def next_tokens(srv, docs, q, starts):
-        """The greedy next token after each answer start (teacher forcing)."""
-        return [srv.query(query(docs, q, 1, model, st))[0]["choices"][0]["message"]["content"]
-                for st in starts]
+    def predictions(srv, docs, q, answer, n_answer):
+        """The greedy choice at each of the answer's n_answer positions, given the
+        tokens before it (teacher forcing: prompt_logprobs over the answer as the
+        assistant's message so far), then the next token after it (text, end)."""
+        out, _ = srv.query(query(docs, q, 1, model, answer, prompt_logprobs=1))
+        lps = out.get("prompt_logprobs") or out["choices"][0]["prompt_logprobs"]
+        top1 = [min(e.items(), key=lambda kv: kv[1]["rank"])[0] for e in lps[len(lps) - n_answer:]]
+        c = out["choices"][0]
+        return top1 + [(c.get("message", {}).get("content", c.get("text")), c["finish_reason"])]
 
-    forced_ref = []  # per query: the answer starts, and full prefill's next token after each
+    forced_ref = []  # per query: answer text, its tokens counted, full prefill's predictions
 
     def forced(extra):
-        """Top-1 agreement per position, teacher-forced: after each prefix of full prefill's
-        greedy answer (its first --tokens tokens, and its end if it ended before), does the
-        span cache pick full prefill's next token? Positions after a difference still count,
-        unlike exact match."""
+        """Top-1 agreement per position, teacher-forced: at each position of full
+        prefill's greedy answer (its first --tokens tokens, and its end if it ended
+        before), does the span cache pick full prefill's next token, given the answer
+        before it? Positions after a difference still count, unlike exact match."""
         srv = Server(args.wick, args.model, *extra, *args.serve_args)
         try:
             if not forced_ref:  # full prefill: the same server options without the span cache
                 for (docs, q, _), a in zip(cases, ref):
                     ids = srv.post("/tokenize", {"content": a})["tokens"]
                     # an answer that ended before --tokens also counts its end (the next
-                    # token after the whole answer: the end of the turn, empty text)
-                    n = min(len(ids) + 1, args.tokens)
-                    starts = [srv.post("/detokenize", {"tokens": ids[:i]})["content"]
-                              for i in range(n)]
-                    forced_ref.append((starts, next_tokens(srv, docs, q, starts)))
-                return 1.0
+                    # token after the whole answer: the end of the turn)
+                    ends = len(ids) < args.tokens
+                    ids = ids[:args.tokens]
+                    a = srv.post("/detokenize", {"tokens": ids})["content"]
+                    want = predictions(srv, docs, q, a, len(ids))
+                    forced_ref.append((a, len(ids), want if ends else want[:-1]))
+                return [1.0] * len(cases)
             same = []
-            for (docs, q, _), (starts, want) in zip(cases, forced_ref):
+            for (docs, q, _), (a, n, want) in zip(cases, forced_ref):
                 srv.query(query(docs[::-1], "Summarise.", 1, model))
-                got = next_tokens(srv, docs, q, starts)
+                got = predictions(srv, docs, q, a, n)
                 same.append(sum(g == w for g, w in zip(got, want)) / max(len(want), 1))
-            return sum(same) / len(same)
+            return same
         finally:
             srv.stop()
 
@@ -203,6 +213,7 @@ def quality(args, model):
     for st in args.settings:
         k, _, r = st.partition(":")
         settings.append((int(k), float(r or 0)))
+    per_question = {}  # setting name: per question, teacher-forced agreement
     for k, blend in settings:
         got = answers(["--span-cache", "--span-recompute", str(k), "--span-blend", str(blend)], True)
         exact = sum(g == r for g, r in zip(got, ref)) / len(cases)
@@ -216,9 +227,23 @@ def quality(args, model):
         n_redone = sum(redone) / len(redone)
         tf = ""
         if args.forced:
-            tf = f" {forced(['--span-cache', '--span-recompute', str(k), '--span-blend', str(blend)]):.1%} |"
+            same = forced(['--span-cache', '--span-recompute', str(k), '--span-blend', str(blend)])
+            per_question[name] = same
+            tf = f" {sum(same) / len(same):.1%} |"
         print(f"| span cache, {name} | {exact:.0%} | {sum(agree) / len(agree):.0%} | {acc:.0%} | "
               f"{n_redone:.0f} |{tf}", flush=True)
+    if len(per_question) > 1:  # paired: the same questions, so compare per question
+        names_ = list(per_question)
+        print("\nteacher-forced agreement, paired differences (mean over questions ± standard error):")
+        for i, a in enumerate(names_):
+            for b in names_[i + 1:]:
+                d = [x - y for x, y in zip(per_question[b], per_question[a])]
+                mean = sum(d) / len(d)
+                sd = (sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1)) ** 0.5
+                print(f"  {b} minus {a}: {mean:+.2%} ± {sd / len(d) ** 0.5:.2%}")
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump({"forced": per_question}, f)
 
 
 def main():
@@ -229,6 +254,9 @@ def main():
     ap.add_argument("--docs", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--quality-docs", type=int, default=4)
+    ap.add_argument("--doc-sentences", type=int, default=60,
+                    help="filler sentences per TTFT document (60: about 500 tokens)")
+    ap.add_argument("--save", help="quality: write the per-question teacher-forced agreement here (JSON)")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--recompute", type=int, nargs="*", default=[0, 16, 32])
     ap.add_argument("--settings", nargs="*", default=[],

@@ -155,6 +155,7 @@ int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   s->n_prompt = int32_t(s->tokens.size());
   output_.start(*s);
   s->result.n_prompt = int32_t(prompt.size());  // tokens, not positions
+  if (req.prompt_logprobs >= 0) s->result.prompt_logprobs.resize(prompt.size());
   const int64_t id = s->id;
   if (req.max_tokens == 0)
     finish(*s, "length");

@@ -77,12 +77,14 @@ void add_rows(Batch& b, const ScheduledSeq& w) {
       b.add(s.tokens[size_t(rows[size_t(i)])], rows[size_t(i)], k, false);
     return;
   }
-  // the sampling position, and each draft token after it, give logits
+  // the sampling position, and each draft token after it, give logits;
+  // so do prompt rows whose log-probabilities are asked for
   const int32_t first_row = w.n_tokens - 1 - w.n_draft;
   for (int32_t i = 0; i < w.n_tokens; ++i) {
-    const int32_t pos = s.n_computed + i;
+    const int32_t pos = w.from + i;
     if (s.tokens[size_t(pos)] == kHole) continue;
-    b.add(s.tokens[size_t(pos)], pos, k, w.samples && i >= first_row);
+    b.add(s.tokens[size_t(pos)], pos, k,
+          (w.samples && i >= first_row) || s.gives_prompt_logprobs(pos));
   }
 }
 

@@ -89,15 +89,19 @@ void OutputProcessor::start(Sequence& s) {
 std::vector<Sequence*> OutputProcessor::update(std::span<const ScheduledSeq> plan,
                                                ModelRunner& runner) {
   // Each sampling sequence's first logits row; drafts add a row each.
+  // Prompt rows come first; they are read before the backend samples (in place).
   std::vector<const ScheduledSeq*> sampling;
   std::vector<size_t> first_row;
   size_t n_rows = 0;
-  for (const auto& w : plan)
+  for (const auto& w : plan) {
+    if (w.n_prompt_rows > 0) add_prompt_logprobs(w, n_rows, runner);
+    n_rows += size_t(w.n_prompt_rows);
     if (w.samples) {
       sampling.push_back(&w);
       first_row.push_back(n_rows);
       n_rows += size_t(1 + w.n_draft);
     }
+  }
   // On a backend that samples, rows needed on the host are copied first,
   // then the backend samples every row in place (host rows use the host's
   // choice). A draft row is sampled as if its drafts before it were
@@ -226,6 +230,26 @@ int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   const float logit = raw.empty() ? row[size_t(id)] : raw[size_t(id)];
   add_logprob(s, {id, logit - lse, std::move(top)});
   return id;
+}
+
+void OutputProcessor::add_prompt_logprobs(const ScheduledSeq& w, size_t row0, ModelRunner& runner) {
+  Sequence& s = *w.seq;
+  auto& out = s.result.prompt_logprobs;
+  // the prompt token at a position is the index'th (empty slots left out)
+  size_t index = 0;
+  for (int32_t p = 0; p < w.from; ++p) index += s.tokens[size_t(p)] != kHole;
+  size_t row = row0;
+  for (int32_t pos = w.from, n = 0; n < w.n_prompt_rows; ++pos) {
+    if (s.tokens[size_t(pos)] == kHole) continue;
+    int32_t next = pos + 1;  // the token this row predicts
+    while (s.tokens[size_t(next)] == kHole) ++next;
+    const auto logits = runner.logits_row(row++);
+    TokenLogprob lp = logprob_of(logits, s.tokens[size_t(next)], s.req.prompt_logprobs);
+    lp.rank = rank_of(logits, lp.id);
+    if (index + 1 < out.size()) out[index + 1] = std::move(lp);
+    ++index;
+    ++n;
+  }
 }
 
 TokenLogprob OutputProcessor::logprob_of(std::span<const float> raw, int32_t id, int32_t n_top) {

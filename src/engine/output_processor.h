@@ -33,8 +33,9 @@ class OutputProcessor {
   // Readies a new sequence: its sampler, detokenizer, stop filter, grammar
   // matcher, clock. Throws GenerateError for a grammar without a tokenizer.
   void start(Sequence& s);
-  // The tokens of each sequence of the plan that samples (logits rows of
-  // the runner's last step in plan order, 1 + n_draft each): one token, or
+  // The prompt log-probabilities the plan's prompt rows give, then the
+  // tokens of each sequence of the plan that samples (logits rows of the
+  // runner's last step in plan order, 1 + n_draft each): one token, or
   // with draft tokens, those the target accepts and one of its own (the
   // drafts are taken off s.tokens first; s.n_accepted says how many were
   // kept). Returns the sequences that ended, stop_reason set.
@@ -54,6 +55,9 @@ class OutputProcessor {
   int32_t rejection_step(Sequence& s, std::span<float> row, int32_t draft, const SparseDist& q,
                          bool& accepted);
   TokenLogprob logprob_of(std::span<const float> raw, int32_t id, int32_t n_top);
+  // Each prompt row's log-probability of the prompt token after it, from
+  // logits rows row0.. (GenerateRequest::prompt_logprobs).
+  void add_prompt_logprobs(const ScheduledSeq& w, size_t row0, ModelRunner& runner);
   bool append(Sequence& s, int32_t id);  // false when the sequence ends
   // The tokens s's grammar allows now (end-of-generation ids where it may
   // end); empty when s has no grammar, all zero when nothing may follow.

@@ -55,6 +55,9 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
                                       b, e, i - 1, req.spans[i - 1].first,
                                       req.spans[i - 1].second));
   }
+  if (req.prompt_logprobs < -1 || req.prompt_logprobs > kMaxPromptLogprobs)
+    throw GenerateError(fmt::format("prompt_logprobs must be in [0, {}] (got {})",
+                                    kMaxPromptLogprobs, req.prompt_logprobs));
   if (req.draft_max < -1 || req.draft_max > kMaxDraft)
     throw GenerateError(
         fmt::format("draft_max must be in [0, {}] (got {})", kMaxDraft, req.draft_max));

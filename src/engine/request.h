@@ -20,8 +20,9 @@ namespace wick {
 // Speculative decoding (engine/speculative.h): guessed tokens verified in
 // one target pass. Default: the engine's choice (EngineConfig::spec).
 enum class SpecMethod { Default, Off, Ngram, Draft };
-inline constexpr int32_t kMaxDraft = 64;     // draft tokens per step, at most
-const char* spec_method_name(SpecMethod m);  // "default", "off", "ngram", "draft"
+inline constexpr int32_t kMaxDraft = 64;           // draft tokens per step, at most
+inline constexpr int32_t kMaxPromptLogprobs = 20;  // alternatives per prompt token, at most
+const char* spec_method_name(SpecMethod m);        // "default", "off", "ngram", "draft"
 // The method of a name as above; nullopt for another.
 std::optional<SpecMethod> spec_method_from_name(std::string_view name);
 
@@ -35,6 +36,13 @@ struct GenerateRequest {
   bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
   bool keep_first_logits = false;  // return the logits the first token was sampled from
   int32_t top_logprobs = -1;  // -1 off, else log-probabilities of each chosen token and the top N
+  // -1 off, else the log-probability of each prompt token under the model's
+  // distribution after the tokens before it, with the top N there (vLLM's
+  // prompt_logprobs: perplexity and teacher-forced comparisons through the
+  // server). Such a request takes nothing from the prefix cache, so that
+  // every row is computed; the first token, and tokens a span layout takes
+  // from the span cache, have none.
+  int32_t prompt_logprobs = -1;
   // Independent spans of the prompt: [begin, end) token ranges, sorted, not
   // overlapping, none reaching the prompt's last token (documents, tool
   // outputs, examples). Each is computed as if it stood alone (at positions
@@ -76,6 +84,7 @@ struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0;                           // of the chosen token, before sampling filters
   std::vector<std::pair<int32_t, float>> top;  // the most likely tokens, best first
+  int32_t rank = 0;  // prompt tokens: id's place in the distribution (1: the most likely)
 };
 
 struct GenerateResult {
@@ -93,6 +102,9 @@ struct GenerateResult {
   double decode_tok_s = 0;          // tokens after the first, per second
   std::vector<float> first_logits;  // with keep_first_logits
   std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0, one per generated token
+  // with prompt_logprobs >= 0, one per prompt token (span layouts' empty
+  // slots left out); empty where none was computed (see the request's)
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   // span cache: spans found cached, spans computed (by a span job), span
   // tokens taken from the cache, span tokens computed again in place
   int32_t n_span_hits = 0, n_span_misses = 0, n_span_reused = 0, n_span_recomputed = 0;

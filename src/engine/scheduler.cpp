@@ -113,7 +113,10 @@ void Scheduler::free_blocks(Sequence& s) {
 // at least one token is left to compute (its logits start the generation).
 void Scheduler::admit(Sequence& s) {
   const int32_t bs = pool_.block_size();
-  const size_t n_match = std::min(s.tokens.size(), size_t(std::max(0, s.commit_limit)));
+  // prompt log-probabilities need every row computed
+  const size_t n_match = s.req.prompt_logprobs >= 0
+                             ? 0
+                             : std::min(s.tokens.size(), size_t(std::max(0, s.commit_limit)));
   std::vector<int32_t> hit = pool_.match_prefix(std::span<const int32_t>(s.tokens).first(n_match));
   if (!hit.empty() && int32_t(hit.size()) * bs >= int32_t(s.tokens.size())) {
     pool_.release(hit.back());
@@ -301,13 +304,24 @@ void Scheduler::commit_full_blocks(Sequence& s) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t budget = lim_.max_batch_tokens;
+  int32_t prompt_rows = kMaxPromptLogitRows;
   short_of_blocks_ = false;
+  // n, or fewer while the sequence's prompt rows give log-probabilities
+  auto rows_for = [&](const Sequence& s, int32_t n) {
+    const bool gives = s.req.prompt_logprobs >= 0 && s.placing.pos < 0 && s.n_computed < s.n_prompt;
+    return gives ? std::min(n, prompt_rows) : n;
+  };
   auto take = [&](Sequence& s, int32_t n) {
     const bool placing = s.placing.pos >= 0;
     const bool samples =
         !s.is_span_job() && !placing && s.n_computed + n == int32_t(s.tokens.size());
-    out.seqs.push_back(
-        {&s, n, samples, samples ? s.n_draft : 0, placing && !s.placing.measure.empty()});
+    int32_t n_prompt_rows = 0;
+    if (!placing)
+      for (int32_t p = s.n_computed; p < s.n_computed + n; ++p)
+        n_prompt_rows += s.gives_prompt_logprobs(p);
+    prompt_rows -= n_prompt_rows;
+    out.seqs.push_back({&s, n, samples, samples ? s.n_draft : 0,
+                        placing && !s.placing.measure.empty(), s.n_computed, n_prompt_rows});
     out.copies.insert(out.copies.end(), s.pending_copies.begin(), s.pending_copies.end());
     s.pending_copies.clear();
     budget -= n;
@@ -334,7 +348,7 @@ SchedulerOutput Scheduler::schedule() {
   // Running sequences, oldest first; preempt the newest when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
-    int32_t n = place_spans(s) ? std::min(catch_up(s), budget) : 0;
+    int32_t n = place_spans(s) ? rows_for(s, std::min(catch_up(s), budget)) : 0;
     if (s.n_draft && (n < catch_up(s) || !ensure_blocks(s, n))) {  // drafts go first
       drop_drafts(s);
       n = std::min(catch_up(s), budget);
@@ -363,7 +377,7 @@ SchedulerOutput Scheduler::schedule() {
          !short_of_blocks_) {
     Sequence& s = *waiting_.front();
     admit(s);
-    const int32_t n = place_spans(s) ? std::min(catch_up(s), budget) : 0;
+    const int32_t n = place_spans(s) ? rows_for(s, std::min(catch_up(s), budget)) : 0;
     if (n > 0 && !ensure_blocks(s, n)) {
       free_blocks(s);  // not enough room yet: wait for blocks to come back
       break;

@@ -48,16 +48,25 @@ struct ScheduledSeq {
   // the rows measure the K/V deviation of a placed span's tokens (the
   // measure pass of span_blend): no K/V written, no logits
   bool measures = false;
+  int32_t from = 0;  // seq->n_computed when scheduled: the first row's position
+  // rows before the sampling ones whose logits give prompt log-probabilities
+  // (GenerateRequest::prompt_logprobs); they come first
+  int32_t n_prompt_rows = 0;
 };
 
 struct SchedulerOutput {
-  // in batch order; logits rows follow the sampling ones (1 + n_draft each)
+  // in batch order; logits rows in its order too: per sequence its prompt
+  // rows, then the sampling ones (1 + n_draft)
   std::vector<ScheduledSeq> seqs;
   std::unique_ptr<Sequence> rejected;  // fits the cache not even alone (removed, blocks freed)
   // KV blocks to copy (source, destination) before the step runs; the
   // sources are released after it (update)
   std::vector<std::pair<int32_t, int32_t>> copies;
 };
+
+// Prompt log-probability rows per step, all sequences together: each is a
+// vocabulary-sized logits row, so a step's memory stays bounded.
+inline constexpr int32_t kMaxPromptLogitRows = 256;
 
 struct SchedulerLimits {
   int32_t max_batch_tokens = 512;  // tokens per step

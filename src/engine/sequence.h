@@ -20,6 +20,8 @@ namespace grammar {
 class Matcher;  // grammar/matcher.h, for output processing alone
 }
 
+constexpr int32_t kHole = -1;  // a position with no token
+
 // A distribution over a few ids: (id, probability), the rest 0.
 using SparseDist = std::vector<std::pair<int32_t, float>>;
 
@@ -103,9 +105,12 @@ struct Sequence {
   bool was_scheduled = false, got_first = false;
 
   int32_t n_generated() const { return int32_t(result.tokens.size()); }
+  // The row at pos gives logits for the prompt's log-probabilities: a prompt
+  // position before the last (whose logits sample), not an empty slot.
+  bool gives_prompt_logprobs(int32_t pos) const {
+    return req.prompt_logprobs >= 0 && pos < n_prompt - 1 && tokens[size_t(pos)] != kHole;
+  }
   bool is_span_job() const { return parent != nullptr; }
 };
-
-constexpr int32_t kHole = -1;  // a position with no token
 
 }  // namespace wick

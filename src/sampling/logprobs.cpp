@@ -27,4 +27,11 @@ std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> row, 
   return top;
 }
 
+int32_t rank_of(std::span<const float> row, int32_t id) {
+  const float x = row[size_t(id)];
+  int32_t rank = 1;
+  for (size_t j = 0; j < row.size(); ++j) rank += row[j] > x || (row[j] == x && int32_t(j) < id);
+  return rank;
+}
+
 }  // namespace wick

@@ -15,5 +15,7 @@ float log_sum_exp(std::span<const float> row);
 // first, ties to the lower id. `order` is scratch, reused between calls.
 std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> row, float lse, size_t n,
                                                     std::vector<int32_t>& order);
+// id's place in the row, best first, ties to the lower id (1: top_logprobs' first).
+int32_t rank_of(std::span<const float> row, int32_t id);
 
 }  // namespace wick

@@ -161,6 +161,7 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
     if (q.g.span_context && !g.spans.empty())
       g.span_context = *q.g.span_context ? g.spans.front().first : 0;
   }
+  g.prompt_logprobs = q.g.repair.prompt_logprobs;
   g.max_tokens = int32_t(std::min<int64_t>(q.g.max_tokens, view.n_ctx - int64_t(g.prompt.size())));
   return r;
 }
@@ -173,6 +174,9 @@ void span_execute(Api& api, const httplib::Request& req, httplib::Response& res)
     const std::string stream = req.get_param_value("stream");
     if (!stream.empty() && stream != "true" && stream != "false")
       bad("stream", "stream must be true or false");
+    if (stream == "true" && q.g.repair.prompt_logprobs >= 0)
+      bad("g.prompt_logprobs",
+          "prompt_logprobs is answered in a whole response: it needs stream=false");
     const OpenAiRequest r =
         span_request(q, api.view(*m), stream == "true", api.cfg.engine.span_cache);
     const Channels chans = submit_all(api, m, r);

@@ -117,6 +117,19 @@ void parse_span_repair(const json& obj, const std::string& param_prefix, Generat
   }
 }
 
+void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, bool stream,
+                           GenerateRequest& r) {
+  const auto n = field<int64_t>(obj, "prompt_logprobs");
+  if (!n) return;
+  if (*n < 0 || *n > kMaxPromptLogprobs)
+    bad(param_prefix + "prompt_logprobs",
+        fmt::format("prompt_logprobs must be in [0, {}]", kMaxPromptLogprobs));
+  if (stream)
+    bad(param_prefix + "prompt_logprobs",
+        "prompt_logprobs is answered in a whole response: it needs stream false");
+  r.prompt_logprobs = int32_t(*n);
+}
+
 namespace {
 
 // GBNF text for OpenAI's response_format; empty for plain text.

@@ -102,6 +102,10 @@ void parse_spec(const json& obj, const std::string& param_prefix, GenerateReques
 // The span cache's repair extras: span_recompute (tokens at each span's
 // start, >= 0) and span_blend (fraction of each span, in [0, 1]).
 void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// vLLM's prompt_logprobs: null or 0-20 (the top alternatives per prompt
+// token); answered in non-streamed responses alone, so `stream` true is a 400.
+void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, bool stream,
+                           GenerateRequest& r);
 // Constrained decoding: the "grammar" extra (GBNF text) and the API's own
 // field: OpenAI's "response_format" ({"type": "text" | "json_object" |
 // "json_schema", "json_schema": {"name", "schema", "strict"}}) or Ollama's

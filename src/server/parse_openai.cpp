@@ -123,6 +123,7 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
   parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
   parse_spec(b, "", g);
+  parse_prompt_logprobs(b, "", r.stream, g);
   if (auto format = parse_grammar(b, FormatField::OpenAiResponseFormat)) {
     if (g.grammar)  // set by tool_choice
       bad(b.contains("grammar") ? "grammar" : "response_format",

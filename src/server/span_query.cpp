@@ -74,6 +74,7 @@ SpanGenerate parse_generate(const json& obj, const std::string& path) {
   g.input = parse_node(obj["input"], path + ".input", 0);
   parse_sampling(obj, path, g);
   parse_span_repair(obj, path + ".", g.repair);
+  parse_prompt_logprobs(obj, path + ".", false, g.repair);  // stream comes with the URL
   if (auto it = obj.find("continue_final_message"); it != obj.end() && !it->is_null()) {
     if (!it->is_boolean())
       bad(path + ".continue_final_message", path + ".continue_final_message must be a boolean",

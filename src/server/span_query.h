@@ -26,7 +26,8 @@ struct SpanGenerate {
   SpanNode input;
   int32_t max_tokens = 2048;
   float temperature = 0.6f;
-  GenerateRequest repair;  // wick's extras span_recompute, span_blend (those fields alone)
+  // wick's extras span_recompute, span_blend and prompt_logprobs (those fields alone)
+  GenerateRequest repair;
   // vLLM's continue_final_message: the answer continues the input's last
   // message, the assistant's, instead of starting a new one
   bool continue_final = false;

@@ -52,6 +52,30 @@ json logprobs_json(const Tokenizer& tk, std::span<const TokenLogprob> lps, bool 
           {"text_offset", offs}};
 }
 
+// vLLM's prompt_logprobs: per prompt token null (the first; one taken from
+// the span cache) or {"<id>": {logprob, rank, decoded_token}} for the token
+// and its top alternatives.
+json prompt_logprobs_json(const Tokenizer& tk, const GenerateResult& g) {
+  json out = json::array();
+  auto entry = [&](int32_t id, float lp, json rank) {
+    return json{{"logprob", lp},
+                {"rank", rank},
+                {"decoded_token", tk.decode(std::vector<int32_t>{id}, false)}};
+  };
+  for (const auto& t : g.prompt_logprobs) {
+    if (!t) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json e = json::object();
+    for (size_t j = 0; j < t->top.size(); ++j)
+      e[std::to_string(t->top[j].first)] = entry(t->top[j].first, t->top[j].second, j + 1);
+    e[std::to_string(t->id)] = entry(t->id, t->logprob, t->rank);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 json usage_json(int64_t n_prompt, int64_t n_gen) {
   return {{"prompt_tokens", n_prompt},
           {"completion_tokens", n_gen},
@@ -135,6 +159,8 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
                          {"text", g.text},
                          {"logprobs", lp},
                          {"finish_reason", finish_reason(g.stop_reason)}});
+    if (!r.chat && r.gen.prompt_logprobs >= 0)  // each choice its prompt (vLLM's place)
+      choices.back()["prompt_logprobs"] = prompt_logprobs_json(tk, g);
   }
   json usage = usage_json(n_prompt, n_gen);
   int64_t cached = 0;  // counted once, like the prompt
@@ -144,9 +170,12 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
   SpecTotals spec;
   for (const auto& g : results) spec.add(g);
   if (auto s = spec.to_json(); !s.is_null()) usage["speculative"] = s;
-  return {{"id", meta.id},           {"object", r.chat ? "chat.completion" : "text_completion"},
-          {"created", meta.created}, {"model", meta.model},
-          {"choices", choices},      {"usage", usage}};
+  json out = {{"id", meta.id},           {"object", r.chat ? "chat.completion" : "text_completion"},
+              {"created", meta.created}, {"model", meta.model},
+              {"choices", choices},      {"usage", usage}};
+  if (r.chat && r.gen.prompt_logprobs >= 0 && !results.empty())  // one prompt: at the top
+    out["prompt_logprobs"] = prompt_logprobs_json(tk, results.front());
+  return out;
 }
 
 OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta,

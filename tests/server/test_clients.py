@@ -3,6 +3,7 @@ import concurrent.futures as cf
 
 import ollama
 import openai
+import pytest
 import requests
 
 QUESTION = "What is the capital of France?"
@@ -120,3 +121,40 @@ def test_openai_logprobs(server, model_name):
     assert "".join(t.token for t in content).startswith(r.choices[0].message.content[:5])
     c = client.completions.create(model=model_name, prompt="The capital of France is", temperature=0, max_tokens=4, logprobs=2)
     assert len(c.choices[0].logprobs.tokens) == 4 and len(c.choices[0].logprobs.top_logprobs[0]) == 2
+
+
+def test_openai_prompt_logprobs(server, model_name):
+    """vLLM's prompt_logprobs extra through the openai client: one entry per prompt
+    token (the first null), each holding the token with its rank and the top
+    alternatives; a prompt's entry at a position whose greedy choice is the next
+    prompt token has rank 1; on chat at the top level; with stream, a 400."""
+    import math
+    client = oa(server)
+    # the model's own greedy continuation, then that text as a prompt: teacher forcing
+    prompt = "The capital of France is"
+    answer = client.completions.create(model=model_name, prompt=prompt, temperature=0, max_tokens=6).choices[0].text
+    c = client.completions.create(model=model_name, prompt=prompt + answer, temperature=0, max_tokens=1,
+                                  extra_body={"prompt_logprobs": 2})
+    lps = c.choices[0].model_extra["prompt_logprobs"]
+    assert len(lps) == c.usage.prompt_tokens and lps[0] is None
+    for e in lps[1:]:
+        ranks = sorted(v["rank"] for v in e.values())
+        assert ranks[:2] == [1, 2] and len(e) in (2, 3)  # the token, unless it is among the top 2
+        assert all(v["logprob"] <= 0 for v in e.values())
+        assert sum(math.exp(v["logprob"]) for v in e.values() if v["rank"] <= 2) <= 1.0001
+    ids = requests.post(server.url + "/tokenize", json={"content": prompt + answer}, timeout=30).json()["tokens"]
+    assert len(ids) == len(lps)
+    for i in range(1, len(ids)):
+        assert str(ids[i]) in lps[i]  # the prompt's own token, with its rank
+    # the answer's tokens: each is what greedy picks after the tokens before it
+    n_prompt = len(requests.post(server.url + "/tokenize", json={"content": prompt}, timeout=30).json()["tokens"])
+    assert [lps[i][str(ids[i])]["rank"] for i in range(n_prompt, len(ids))] == [1] * (len(ids) - n_prompt)
+    chat = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": QUESTION}],
+                                          temperature=0, max_tokens=2, extra_body={"prompt_logprobs": 1})
+    assert len(chat.model_extra["prompt_logprobs"]) == chat.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model=model_name, prompt=prompt, max_tokens=1, stream=True,
+                                  extra_body={"prompt_logprobs": 1})
+    assert "prompt_logprobs" in str(bad.value)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=model_name, prompt=prompt, max_tokens=1, extra_body={"prompt_logprobs": 21})

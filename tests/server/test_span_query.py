@@ -224,3 +224,20 @@ def test_serve_span_context_is_the_default_for_span_queries():
         assert s.proc.poll() is None
     finally:
         s.stop()
+
+
+def test_prompt_logprobs_on_g_leave_span_tokens_out(span_server):
+    """`prompt_logprobs` on `g` (vLLM's extra): the documents' tokens come from the span
+    cache (null entries); the question's tokens are computed (entries); streamed, a 400."""
+    docs = [d + " " + " ".join(f"Line {i} of the logprobs test." for i in range(6)) for d in DOCS]
+    execute(span_server, rag("Warm up.", docs), stream=False)
+    q = rag("What is the capital of Peru?", docs[::-1], max_tokens=1)
+    q["g"]["prompt_logprobs"] = 1
+    out = execute(span_server, q, stream=False)
+    lps = out["prompt_logprobs"]
+    assert len(lps) == out["usage"]["prompt_tokens"] and lps[0] is None
+    n_null = sum(e is None for e in lps)
+    assert n_null >= out["usage"]["span_cache"]["tokens_reused"]  # every span token, at least
+    assert all(e is not None for e in lps[-5:])  # the question, computed
+    r = requests.post(span_server.url + "/v1/query/execute", params={"stream": "true"}, data=json.dumps(q), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "g.prompt_logprobs"
