@@ -160,8 +160,8 @@ void register_generate(CLI::App& app) {
   static GenOptions o;
   static std::string prompt, prompt_ids;
   static bool raw = false, as_json = false, truncate = false, span_context = false;
-  static int32_t n_logprobs = -1, span_recompute = 0;
-  static float span_blend = 0.15f;
+  static int32_t n_logprobs = -1, span_recompute = 16;
+  static float span_blend = 0.f;
   static std::vector<std::string> span_files;
   cmd->add_option("--model,-m", o.model,
                   "a .gguf, a HF folder, or a stored model name (default: smollm2)")
@@ -183,12 +183,12 @@ void register_generate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--span-recompute", span_recompute,
                   "tokens at the start of each span computed again with attention over what "
-                  "precedes them (default 0)")
+                  "precedes them (default 16)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--span-blend", span_blend,
                   "and this fraction (0-1) of each span's tokens, those whose K/V deviates most "
                   "from the cached span's once it sees what precedes it (CacheBlend-style; "
-                  "default 0.15; 0 turns it off)")
+                  "default 0: off)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--span-context", span_context,
                 "each span computed after the prompt's text before the first span (the chat "
@@ -387,12 +387,12 @@ void register_serve(CLI::App& app) {
                 "reused at any offset");
   cmd->add_option("--span-recompute", cfg.engine.span_recompute,
                   "with --span-cache: tokens at the start of each reused span computed again "
-                  "with attention over what precedes them (default 0)")
+                  "with attention over what precedes them (default 16)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--span-blend", cfg.engine.span_blend,
                   "with --span-cache: and this fraction (0-1) of each reused span's tokens, those "
                   "whose K/V deviates most from the cached span's once it sees what precedes it "
-                  "(CacheBlend-style, measured at layer 1; default 0.15; 0 turns it off)")
+                  "(CacheBlend-style, measured at layer 1; default 0: off)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--span-context", cfg.engine.span_context,
                 "with --span-cache: each span of a query is computed after the text before the "

@@ -27,7 +27,7 @@ class Session {
   // fraction whose K/V deviates most) unless they say otherwise; spec: speculative decoding (the
   // draft model's cache holds n_ctx tokens too).
   Session(std::shared_ptr<const LoadedModel> model, int32_t n_ctx, bool span_cache = false,
-          int32_t span_recompute = 0, SpecConfig spec = {}, float span_blend = 0.15f);
+          int32_t span_recompute = 16, SpecConfig spec = {}, float span_blend = 0.f);
   ~Session();
   // on_text receives text as it forms; returning false cancels. Throws
   // GenerateError for a bad request.
