@@ -316,7 +316,7 @@ SchedulerOutput Scheduler::schedule() {
     const bool samples =
         !s.is_span_job() && !placing && s.n_computed + n == int32_t(s.tokens.size());
     int32_t n_prompt_rows = 0;
-    if (!placing)
+    if (!placing && s.req.prompt_logprobs >= 0)
       for (int32_t p = s.n_computed; p < s.n_computed + n; ++p)
         n_prompt_rows += s.gives_prompt_logprobs(p);
     prompt_rows -= n_prompt_rows;
