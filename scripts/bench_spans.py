@@ -16,8 +16,9 @@ tokens each, --doc-sentences; quality: about 130) with one fact planted
            (full prefill of the same messages): agreement per word (free-running),
            exact match, how often the planted number is in the answer, and
            the span tokens computed again per query; with --forced also the
-           top-1 agreement per position when every setting continues full
-           prefill's answer (teacher forcing: continue_final_message).
+           top-1 agreement per position on full prefill's answer, teacher-forced
+           (the answer as the assistant's message; prompt_logprobs gives the
+           greedy choice at each of its positions), with paired differences.
 
 Standard library only (runs where `pip` is not available, e.g. a GPU box).
 Example: scripts/bench_spans.py --wick build/bin/wick --model ~/.cache/wick/models/smollm2.gguf

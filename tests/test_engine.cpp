@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/session.h"
+#include "engine_run.h"
 #include "helpers.h"
 
 namespace wick::test {
@@ -35,14 +36,6 @@ std::vector<GenerateResult> run_sequential(std::shared_ptr<const LoadedModel> m,
     Session s(m, 512);
     out.push_back(s.generate(r));
   }
-  return out;
-}
-
-std::vector<GenerateResult> run_engine(Engine& e, const std::vector<GenerateRequest>& reqs) {
-  std::vector<GenerateResult> out(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i)
-    e.add_request(reqs[i], {nullptr, [&out, i](const GenerateResult& r) { out[i] = r; }});
-  e.run_until_idle();
   return out;
 }
 

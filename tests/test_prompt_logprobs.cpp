@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "engine_run.h"
 #include "helpers.h"
 #include "sampling/logprobs.h"
 
@@ -33,14 +34,6 @@ GenerateRequest greedy(Tokens prompt, int32_t max_tokens = 1) {
   return r;
 }
 
-std::vector<GenerateResult> run(Engine& e, const std::vector<GenerateRequest>& reqs) {
-  std::vector<GenerateResult> out(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i)
-    e.add_request(reqs[i], {nullptr, [&out, i](const GenerateResult& r) { out[i] = r; }});
-  e.run_until_idle();
-  return out;
-}
-
 class PromptLogprobsArch : public ::testing::TestWithParam<std::string> {};
 
 // Entry p equals the distribution a request for prompt[0, p) samples its
@@ -59,7 +52,7 @@ TEST_P(PromptLogprobsArch, EachEntryIsTheDistributionAfterThePrefix) {
   Engine e(m, cfg);
   auto others = std::vector<GenerateRequest>{greedy(some_tokens(25, 4, V), 5), r,
                                              greedy(some_tokens(30, 5, V), 4)};
-  const GenerateResult got = run(e, others)[1];
+  const GenerateResult got = run_engine(e, others)[1];
   ASSERT_EQ(got.prompt_logprobs.size(), prompt.size());
   EXPECT_FALSE(got.prompt_logprobs[0].has_value()) << "nothing predicts the first token";
   Engine alone(m, EngineConfig{});
@@ -69,7 +62,7 @@ TEST_P(PromptLogprobsArch, EachEntryIsTheDistributionAfterThePrefix) {
     GenerateRequest before = greedy(Tokens(prompt.begin(), prompt.begin() + long(p)));
     before.keep_first_logits = true;
     before.top_logprobs = 4;
-    const GenerateResult want = run(alone, {before})[0];
+    const GenerateResult want = run_engine(alone, {before})[0];
     const auto& row = want.first_logits;
     ASSERT_EQ(row.size(), size_t(V));
     EXPECT_EQ(lp.id, prompt[p]);
@@ -92,9 +85,9 @@ TEST(PromptLogprobs, ThePrefixCacheHidesNoRow) {
   auto m = load_model_and_tokenizer(tiny_dir("llama"));
   GenerateRequest r = greedy(some_tokens(70, 7, int32_t(m->config().n_vocab)), 2);
   Engine e(m, EngineConfig{});
-  run(e, {r});  // now cached
+  run_engine(e, {r});  // now cached
   r.prompt_logprobs = 0;
-  const GenerateResult a = run(e, {r})[0], b = run(e, {r})[0];
+  const GenerateResult a = run_engine(e, {r})[0], b = run_engine(e, {r})[0];
   EXPECT_EQ(a.n_reused, 0);
   EXPECT_EQ(b.n_reused, 0);
   ASSERT_EQ(a.prompt_logprobs.size(), r.prompt.size());
@@ -105,7 +98,7 @@ TEST(PromptLogprobs, ThePrefixCacheHidesNoRow) {
   }
   // and the cache still serves requests that do not ask
   r.prompt_logprobs = -1;
-  EXPECT_GT(run(e, {r})[0].n_reused, 0);
+  EXPECT_GT(run_engine(e, {r})[0].n_reused, 0);
 }
 
 // Span layouts: a token inside a span is taken from the span cache (no
@@ -134,7 +127,7 @@ TEST(PromptLogprobs, SpanTokensHaveNoneAndTheRestHave) {
   cfg.span_cache = true;
   cfg.span_recompute = 4;
   Engine e(m, cfg);
-  const GenerateResult got = run(e, {r})[0];
+  const GenerateResult got = run_engine(e, {r})[0];
   ASSERT_EQ(got.prompt_logprobs.size(), r.prompt.size());
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     // entry i is computed by the row before it: a row of the head or the
@@ -171,7 +164,7 @@ TEST(PromptLogprobs, AStepsRowsStayBounded) {
     reqs.back().prompt_logprobs = 1;
     reqs.back().prefill_chunk = 0;  // the whole prompt in one step, were it not bounded
   }
-  for (const GenerateResult& g : run(e, reqs))
+  for (const GenerateResult& g : run_engine(e, reqs))
     for (size_t p = 1; p < g.prompt_logprobs.size(); ++p)
       ASSERT_TRUE(g.prompt_logprobs[p].has_value()) << p;
   EXPECT_EQ(most, kMaxPromptLogitRows);

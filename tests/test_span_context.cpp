@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/model_pool.h"
+#include "engine_run.h"
 #include "helpers.h"
 #include "kv/block_pool.h"
 
@@ -58,14 +59,6 @@ EngineConfig ctx_config() {
   c.span_cache = true;
   c.n_blocks = 256;
   return c;
-}
-
-std::vector<GenerateResult> run_engine(Engine& e, const std::vector<GenerateRequest>& reqs) {
-  std::vector<GenerateResult> out(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i)
-    e.add_request(reqs[i], {nullptr, [&out, i](const GenerateResult& r) { out[i] = r; }});
-  e.run_until_idle();
-  return out;
 }
 
 GenerateResult run_one(Engine& e, const GenerateRequest& r) {

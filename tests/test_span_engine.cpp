@@ -19,6 +19,7 @@
 #include "engine/session.h"
 #include "engine/span_blend.h"
 #include "engine/span_prompt.h"
+#include "engine_run.h"
 #include "helpers.h"
 #include "text/chat_template.h"
 
@@ -60,14 +61,6 @@ EngineConfig span_config() {
   c.span_recompute = 16;  // the counts below are written for first-16 repair, no blend
   c.span_blend = 0.f;
   return c;
-}
-
-std::vector<GenerateResult> run_engine(Engine& e, const std::vector<GenerateRequest>& reqs) {
-  std::vector<GenerateResult> out(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i)
-    e.add_request(reqs[i], {nullptr, [&out, i](const GenerateResult& r) { out[i] = r; }});
-  e.run_until_idle();
-  return out;
 }
 
 GenerateResult run_one(Engine& e, const GenerateRequest& r) {
