@@ -193,8 +193,11 @@ TEST(ToolCalls, StreamedSplitAtEveryByte) {
     expect_case(c, run_pieces(c.format, bytes, &events), "byte by byte");
     // calls come in order, each once
     size_t next = 0;
-    for (auto& e : events)
-      if (e.is_call) EXPECT_EQ(e.index, next++) << c.label;
+    for (auto& e : events) {
+      if (e.is_call) {
+        EXPECT_EQ(e.index, next++) << c.label;
+      }
+    }
     EXPECT_EQ(next, c.calls.size()) << c.label;
   }
 }

@@ -158,6 +158,14 @@ class Backend {
   // y[r, o] = sum_i w[o, i] * x[r, i];  x [n_rows, w.n_in], y [n_rows, w.n_out].
   // Each output element is reduced in an order that does not depend on n_rows.
   virtual void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) = 0;
+  // proj = in . w^T, then add_rmsnorm(x, proj, norm, ..., y): a block's last
+  // product with the residual add and the next norm (one kernel on a GPU for
+  // one-row batches); rows of w.n_out.
+  virtual void matmul_add_rmsnorm(const Weight& w, const float* in, int64_t n_rows, float* proj,
+                                  float* x, const float* norm, float eps, float* y) {
+    matmul(w, in, n_rows, proj);
+    add_rmsnorm(x, proj, norm, n_rows, w.n_out, eps, y);
+  }
   // out[i] = x . w[i]^T + bias[i] for q, k and v (bias[i] may be null).
   virtual void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
                           float* out[3]) {
@@ -190,6 +198,14 @@ class Backend {
     rope(q, b, s.n_head, s.head_dim, inv_freq);
     if (!kv.pre_rope) rope(k, b, s.n_head_kv, s.head_dim, inv_freq);
     kv_write(kv, il, b, k, v);
+  }
+  // matmul_qkv on the batch's tokens, then rope_kv_write on its outputs
+  // (s.inv_freq): one kernel on a GPU for decode batches.
+  virtual void qkv_rope_kv_write(const Weight* w[3], const float* bias[3], const float* x,
+                                 float* out[3], KvStore& kv, int64_t il, const BatchArgs& b,
+                                 const AttnShape& s) {
+    matmul_qkv(w, bias, x, b.n_tokens, out);
+    rope_kv_write(out[0], out[1], out[2], kv, il, b, s, s.inv_freq);
   }
   // out[t] = |k_t - K[slot_t]|^2 + |v_t - V[slot_t]|^2: how far row t's K/V
   // (k, v [n_tokens, kv_dim], before RoPE where the store keeps keys so) lie

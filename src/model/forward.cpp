@@ -82,10 +82,17 @@ void trace(Backend& be, const char* name, int64_t il, const Buffer& t, int64_t r
   be.trace(name, il, h.data(), rows, cols);
 }
 
-void dense_mlp(Backend& be, const LayerWeights& l, int64_t n_tok, ForwardScratch& s) {
+// next_norm: the next layer's attention norm, taken with the residual add
+// after the down product (xn then holds its output); null: proj only.
+void dense_mlp(Backend& be, const LayerWeights& l, int64_t n_tok, ForwardScratch& s,
+               const float* next_norm, float eps) {
   be.matmul_gate_up(l.w_gate, l.w_up, s.xn.as<float>(), n_tok, s.gate.as<float>(),
                     s.up.as<float>());
-  be.matmul(l.w_down, s.gate.as<float>(), n_tok, s.proj.as<float>());
+  if (next_norm)
+    be.matmul_add_rmsnorm(l.w_down, s.gate.as<float>(), n_tok, s.proj.as<float>(), s.x.as<float>(),
+                          next_norm, eps, s.xn.as<float>());
+  else
+    be.matmul(l.w_down, s.gate.as<float>(), n_tok, s.proj.as<float>());
 }
 
 // Top-k routed experts: softmax over all experts, keep the k largest
@@ -114,43 +121,55 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
 
   be.embed(W.tok_embd, b, x);
   trace(be, "embd", -1, s.x, T, D);
+  bool normed = false;  // xn holds this layer's attention norm already
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = W.layers[size_t(il)];
-    // attention block; the previous layer's residual add is fused into this norm
+    // attention block; the previous layer's residual add is fused into this
+    // norm, or both into the previous layer's down product
     if (il == 0)
       be.rmsnorm(x, l.attn_norm.f32(), T, D, c.rms_eps, xn);
-    else
+    else if (!normed)
       be.add_rmsnorm(x, proj, l.attn_norm.f32(), T, D, c.rms_eps, xn);
     trace(be, "attn_norm", il, s.xn, T, D);
     const Weight* wqkv[3] = {&l.wq, &l.wk, &l.wv};
     const float* bqkv[3] = {nullptr, nullptr, nullptr};
     if (c.qkv_bias) bqkv[0] = l.bq.f32(), bqkv[1] = l.bk.f32(), bqkv[2] = l.bv.f32();
     float* qkv[3] = {q, k, v};
-    be.matmul_qkv(wqkv, bqkv, xn, T, qkv);
-    if (c.qk_norm) {
-      be.rmsnorm(q, l.q_norm.f32(), T * c.n_head, hd, c.rms_eps, q);
-      be.rmsnorm(k, l.k_norm.f32(), T * c.n_head_kv, hd, c.rms_eps, k);
+    if (!c.qk_norm && !deviation) {  // products, RoPE and cache write (one kernel on a GPU)
+      be.qkv_rope_kv_write(wqkv, bqkv, xn, qkv, kv, il, b, shape);
+    } else {
+      be.matmul_qkv(wqkv, bqkv, xn, T, qkv);
+      if (c.qk_norm) {
+        be.rmsnorm(q, l.q_norm.f32(), T * c.n_head, hd, c.rms_eps, q);
+        be.rmsnorm(k, l.k_norm.f32(), T * c.n_head_kv, hd, c.rms_eps, k);
+      }
+      if (deviation && il == 1) {  // measure mode: how far these K/V lie from the cache's
+        be.kv_deviation(kv, il, b, k, v, logits);
+        return;
+      }
+      if (deviation)  // layer 0 of cached tokens: the cache holds these K/V already
+        be.rope(q, b, c.n_head, hd, s.inv_freq.as<float>());
+      else
+        be.rope_kv_write(q, k, v, kv, il, b, shape, s.inv_freq.as<float>());
     }
-    if (deviation && il == 1) {  // measure mode: how far these K/V lie from the cache's
-      be.kv_deviation(kv, il, b, k, v, logits);
-      return;
-    }
-    if (deviation)  // layer 0 of cached tokens: the cache holds these K/V already
-      be.rope(q, b, c.n_head, hd, s.inv_freq.as<float>());
-    else
-      be.rope_kv_write(q, k, v, kv, il, b, shape, s.inv_freq.as<float>());
     trace(be, "q_rope", il, s.q, T, c.q_dim());
     be.attention(q, kv, il, b, shape, attn);
     trace(be, "attn_out", il, s.attn, T, c.q_dim());
-    be.matmul(l.wo, attn, T, proj);
-    if (c.o_bias) be.add_bias(proj, l.bo.f32(), T, D);
+    if (c.o_bias) {
+      be.matmul(l.wo, attn, T, proj);
+      be.add_bias(proj, l.bo.f32(), T, D);
+      be.add_rmsnorm(x, proj, l.ffn_norm.f32(), T, D, c.rms_eps, xn);
+    } else {
+      be.matmul_add_rmsnorm(l.wo, attn, T, proj, x, l.ffn_norm.f32(), c.rms_eps, xn);
+    }
     // feed-forward block
-    be.add_rmsnorm(x, proj, l.ffn_norm.f32(), T, D, c.rms_eps, xn);
     trace(be, "ffn_norm", il, s.xn, T, D);
+    normed = !c.layer_is_moe(il) && il + 1 < c.n_layer;
     if (c.layer_is_moe(il))
       moe_mlp(be, c, l, T, s);
     else
-      dense_mlp(be, l, T, s);
+      dense_mlp(be, l, T, s, normed ? W.layers[size_t(il + 1)].attn_norm.f32() : nullptr,
+                c.rms_eps);
     trace(be, "ffn_out", il, s.proj, T, D);
   }
   // Only the rows whose logits are wanted go through the last add, the norm

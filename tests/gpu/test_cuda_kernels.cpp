@@ -10,6 +10,8 @@
 // scale; element-wise kernels: 1e-5 relative.
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops.h"
@@ -170,6 +172,85 @@ TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
       EXPECT_EQ(to_host<float>(*be, g, size_t(n_rows * F)),
                 to_host<float>(*be, g1, size_t(n_rows * F)))
           << dtype_name(t) << " rows " << n_rows;
+    }
+}
+
+// A one-row product with the residual add and the next norm taken by its
+// last CTA (WICK_CUDA_FUSE_NORM=1) equals the product followed by
+// add_rmsnorm, bit for bit: proj, the updated residual and the normed row,
+// launch after launch (the kernel leaves its counter at zero), for rows
+// shorter than the norm kernel's block and odd ones. Two rows: not fused.
+TEST(CudaMatmulFused, AddRmsnormInTheLastCtaEqualsTwoKernels) {
+  WICK_REQUIRE_GPU();
+  struct Restore {
+    bool was = cuda::fuse_norm();
+    ~Restore() { cuda::set_fuse_norm(was); }
+  } restore;
+  cuda::set_fuse_norm(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(12);
+  const float eps = 1e-6f;
+  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
+    for (auto [n, n_in] : {std::pair<int64_t, int64_t>{64, 512},
+                           {200, 512},
+                           {896, 512},
+                           {1000, 1024},
+                           {2048, 1024}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " n_in " +
+                   std::to_string(n_in));
+      auto wb = random_weight(t, n, n_in, rng);
+      const Weight w = be->prepare_matrix(Weight{t, n, n_in, wb.data()});
+      for (int64_t M : {1, 2}) {
+        auto in = randn(size_t(M * n_in), rng), x = randn(size_t(M * n), rng),
+             nw = randn(size_t(n), rng);
+        Buffer din = to_device(*be, in.data(), in.size() * 4),
+               dnw = to_device(*be, nw.data(), nw.size() * 4);
+        struct Out {
+          Buffer proj, x, y;
+        };
+        auto fresh = [&] {
+          return Out{be->alloc(size_t(M * n) * 4), to_device(*be, x.data(), x.size() * 4),
+                     be->alloc(size_t(M * n) * 4)};
+        };
+        auto same = [&](const Out& want, const Out& got, const std::string& how) {
+          for (auto [a, b, what] :
+               {std::tuple{&want.proj, &got.proj, "proj"}, std::tuple{&want.x, &got.x, "x"},
+                std::tuple{&want.y, &got.y, "y"}})
+            EXPECT_EQ(to_host<float>(*be, *b, size_t(M * n)),
+                      to_host<float>(*be, *a, size_t(M * n)))
+                << how << ": " << what;
+        };
+        Out sep = fresh();
+        be->matmul(w, din.as<float>(), M, sep.proj.as<float>());
+        be->add_rmsnorm(sep.x.as<float>(), sep.proj.as<float>(), dnw.as<float>(), M, n, eps,
+                        sep.y.as<float>());
+        // the fused kernel itself, three launches on one counter
+        Buffer counter = be->alloc(sizeof(int));
+        const int zero = 0;
+        be->copy_to_device(counter.data(), &zero, sizeof zero);
+        be->sync();
+        cudaStream_t st = nullptr;
+        ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+        for (int launch = 0; launch < 3; ++launch) {
+          Out f = fresh();
+          be->sync();
+          const cuda::MatmulJob job{static_cast<const cuda::GpuWeight*>(w.aux), f.proj.as<float>(),
+                                    nullptr};
+          const cuda::AddNorm a{f.x.as<float>(), dnw.as<float>(), eps, f.y.as<float>(),
+                                counter.as<int>()};
+          const bool took = cuda::matmul_add_rmsnorm(job, din.as<float>(), int(M), a, st);
+          ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+          EXPECT_EQ(took, M == 1);
+          if (took) same(sep, f, "fused kernel, launch " + std::to_string(launch));
+        }
+        cudaStreamDestroy(st);
+        EXPECT_EQ(to_host<int>(*be, counter, 1)[0], 0);
+        // the backend's entry point (fused or not)
+        Out via = fresh();
+        be->matmul_add_rmsnorm(w, din.as<float>(), M, via.proj.as<float>(), via.x.as<float>(),
+                               dnw.as<float>(), eps, via.y.as<float>());
+        same(sep, via, "matmul_add_rmsnorm, rows " + std::to_string(M));
+      }
     }
 }
 
@@ -455,6 +536,121 @@ TEST(CudaKv, RopeAndWriteMatchCpu) {
                   2e-3 * (1 + std::fabs(k[t * kv_dim + size_t(i)])));
       EXPECT_EQ(vc[size_t(slots[t] * kv_dim + i)], f32_to_f16(v[t * kv_dim + size_t(i)]));
     }
+}
+
+// q, k, v with RoPE and the cache write in the product's epilogue (decode
+// batches) equal the product followed by rope_kv_write, bit for bit: q and
+// k rotated (k not where the cache keeps keys before RoPE), the cache's K
+// and V rows, in f16 and f32 caches, with and without biases. Past 16 rows
+// the fused kernel declines and the backend runs the two.
+TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
+  WICK_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  const int64_t D = 256, n_head = 4, n_head_kv = 2, bs = 16;
+  for (bool f32_cache : {false, true}) {
+    auto be = cuda_backend(f32_cache);
+    for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
+      for (int64_t hd : {64, 128})
+        for (int64_t n_rows : {1, 5, 16, 20})
+          for (bool pre_rope : {false, true}) {
+            const int64_t q_dim = n_head * hd, kv_dim = n_head_kv * hd;
+            SCOPED_TRACE(std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " rows " +
+                         std::to_string(n_rows) + (pre_rope ? " pre-rope" : "") +
+                         (f32_cache ? " f32 cache" : ""));
+            std::vector<std::vector<uint8_t>> bytes;
+            std::vector<Weight> w;
+            for (int64_t n_out : {q_dim, kv_dim, kv_dim}) {
+              bytes.push_back(random_weight(t, n_out, D, rng));
+              w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
+            }
+            // two sequences, tokens interleaved, at scattered positions
+            Batch b;
+            b.block_tables = {{5, 2, 7, 0}, {1, 6, 3, 4}};
+            for (int64_t i = 0; i < n_rows; ++i)
+              b.add(1, int32_t(3 * (i / 2) + 7 * (i % 2)), int32_t(i % 2), false);
+            b.finish(int32_t(bs));
+            const BatchArgs a = be->upload(b);
+            std::vector<float> inv(static_cast<size_t>(hd / 2));
+            for (int64_t i = 0; i < hd / 2; ++i)
+              inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+            Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
+            const AttnShape shape{n_head, n_head_kv, hd, 0, dinv.as<float>()};
+            auto x = randn(size_t(n_rows * D), rng);
+            Buffer dx = to_device(*be, x.data(), x.size() * 4);
+            std::vector<Buffer> biases;
+            const float* bias[3] = {nullptr, nullptr, nullptr};
+            if (t == DType::BF16)  // Qwen2's q/k/v biases
+              for (int j = 0; j < 3; ++j) {
+                auto bv = randn(size_t(w[size_t(j)].n_out), rng);
+                biases.push_back(to_device(*be, bv.data(), bv.size() * 4));
+                bias[j] = biases.back().as<float>();
+              }
+            const Weight* ws[3] = {&w[0], &w[1], &w[2]};
+            struct Out {
+              Buffer q, k, v;
+              std::unique_ptr<KvStore> kv;
+            };
+            auto fresh = [&] {
+              Out o{be->alloc(size_t(n_rows * q_dim) * 4), be->alloc(size_t(n_rows * kv_dim) * 4),
+                    be->alloc(size_t(n_rows * kv_dim) * 4),
+                    be->make_kv(1, 8, bs, kv_dim, pre_rope)};
+              const size_t cache_bytes = o.kv->layer_bytes();
+              const std::vector<uint8_t> zero(cache_bytes, 0);
+              be->copy_to_device(o.kv->k.data(), zero.data(), cache_bytes);
+              be->copy_to_device(o.kv->v.data(), zero.data(), cache_bytes);
+              return o;
+            };
+            auto same = [&](const Out& want, const Out& got, const char* how) {
+              EXPECT_EQ(to_host<float>(*be, got.q, size_t(n_rows * q_dim)),
+                        to_host<float>(*be, want.q, size_t(n_rows * q_dim)))
+                  << how << ": q";
+              EXPECT_EQ(to_host<float>(*be, got.k, size_t(n_rows * kv_dim)),
+                        to_host<float>(*be, want.k, size_t(n_rows * kv_dim)))
+                  << how << ": k";
+              EXPECT_EQ(to_host<float>(*be, got.v, size_t(n_rows * kv_dim)),
+                        to_host<float>(*be, want.v, size_t(n_rows * kv_dim)))
+                  << how << ": v";
+              const size_t n = want.kv->layer_bytes();
+              EXPECT_EQ(to_host<uint8_t>(*be, got.kv->k, n), to_host<uint8_t>(*be, want.kv->k, n))
+                  << how << ": K cache";
+              EXPECT_EQ(to_host<uint8_t>(*be, got.kv->v, n), to_host<uint8_t>(*be, want.kv->v, n))
+                  << how << ": V cache";
+            };
+            // the reference: two kernels
+            Out sep = fresh();
+            float* so[3] = {sep.q.as<float>(), sep.k.as<float>(), sep.v.as<float>()};
+            be->matmul_qkv(ws, bias, dx.as<float>(), n_rows, so);
+            be->rope_kv_write(so[0], so[1], so[2], *sep.kv, 0, a, shape, dinv.as<float>());
+            // the fused kernel itself: it must take every batch of up to 16 rows
+            Out fused = fresh();
+            cuda::MatmulJob jobs[3];
+            jobs[0] = {static_cast<const cuda::GpuWeight*>(w[0].aux), fused.q.as<float>(), bias[0]};
+            jobs[1] = {static_cast<const cuda::GpuWeight*>(w[1].aux), fused.k.as<float>(), bias[1]};
+            jobs[2] = {static_cast<const cuda::GpuWeight*>(w[2].aux), fused.v.as<float>(), bias[2]};
+            cuda::RopeKv r;
+            r.pos = a.rope_pos;
+            r.slots = a.slots;
+            r.inv_freq = dinv.as<float>();
+            r.k_cache = fused.kv->k_layer<void>(0);
+            r.v_cache = fused.kv->v_layer<void>(0);
+            r.cache_f16 = fused.kv->dtype == DType::F16;
+            r.rotate_k = !pre_rope;
+            r.head_dim = int(hd);
+            be->sync();
+            cudaStream_t st = nullptr;
+            ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+            const bool took = cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, st);
+            ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+            cudaStreamDestroy(st);
+            EXPECT_EQ(took, n_rows <= 16);
+            if (took) same(sep, fused, "fused kernel");
+            // the backend's entry point (fused or not)
+            Out via = fresh();
+            float* vo[3] = {via.q.as<float>(), via.k.as<float>(), via.v.as<float>()};
+            be->qkv_rope_kv_write(ws, bias, dx.as<float>(), vo, *via.kv, 0, a, shape);
+            same(sep, via, "qkv_rope_kv_write");
+          }
+  }
 }
 
 // K/V deviations from the cache's rows: written K/V deviate by 0 (the new

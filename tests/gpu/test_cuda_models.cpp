@@ -9,8 +9,10 @@
 #include "backend/cuda/kernels.h"
 #include "engine/engine.h"
 #include "engine/session.h"
+#include "engine_run.h"
 #include "gpu/gpu_helpers.h"
 #include "helpers.h"
+#include "sampling/logprobs.h"
 #include "text/chat_template.h"
 
 namespace wick::test {
@@ -200,6 +202,91 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
     EXPECT_EQ(r2.tokens, f2.tokens) << GetParam();
     EXPECT_EQ(r2.first_logits, f2.first_logits) << GetParam();
     EXPECT_EQ(e.blocks().n_used(), 0);
+  }
+}
+
+// Prompt logprobs on the GPU (rows copied from the device before sampling
+// there): entry p is the distribution a request for prompt[0, p) samples its
+// first token from, bit for bit, with the prompt in chunks among other
+// requests (steps of up to 20 rows: the fused decode kernels) and the
+// requests alone (longer prefills).
+TEST_P(TinyOnGpu, PromptLogprobsAreTheDistributionAfterThePrefix) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
+  const int32_t V = int32_t(m->config().n_vocab);
+  std::mt19937 rng(11);
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = int32_t(rng() % uint32_t(std::min(V, 500)));
+    return t;
+  };
+  auto greedy = [](std::vector<int32_t> prompt, int32_t max_tokens) {
+    GenerateRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    return r;
+  };
+  const std::vector<int32_t> prompt = tokens(37);
+  GenerateRequest r = greedy(prompt, 3);
+  r.prompt_logprobs = 3;
+  r.prefill_chunk = 9;
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 20;
+  cfg.n_blocks = 256;
+  Engine e(m, cfg);
+  const GenerateResult got = run_engine(e, {greedy(tokens(25), 5), r, greedy(tokens(30), 4)})[1];
+  ASSERT_EQ(got.prompt_logprobs.size(), prompt.size());
+  EXPECT_FALSE(got.prompt_logprobs[0].has_value());
+  EngineConfig alone_cfg;
+  alone_cfg.n_blocks = 256;
+  Engine alone(m, alone_cfg);
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    ASSERT_TRUE(got.prompt_logprobs[p].has_value()) << p;
+    const TokenLogprob& lp = *got.prompt_logprobs[p];
+    GenerateRequest before =
+        greedy(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(p)), 1);
+    before.keep_first_logits = true;
+    before.top_logprobs = 3;
+    const GenerateResult want = run_engine(alone, {before})[0];
+    const auto& row = want.first_logits;
+    ASSERT_EQ(row.size(), size_t(V));
+    EXPECT_EQ(lp.id, prompt[p]);
+    EXPECT_EQ(lp.logprob, row[size_t(prompt[p])] - log_sum_exp(row)) << GetParam() << " " << p;
+    EXPECT_EQ(lp.rank, rank_of(row, prompt[p])) << GetParam() << " " << p;
+    EXPECT_EQ(lp.top, want.logprobs[0].top) << GetParam() << " " << p;
+  }
+  EXPECT_EQ(e.blocks().n_used(), 0);
+}
+
+// Decoding with the residual add and norm taken by the previous product's
+// last CTA (WICK_CUDA_FUSE_NORM=1) gives the two kernels' tokens and
+// log-probabilities, bit for bit (each setting its own backend and graphs).
+TEST_P(TinyOnGpu, FusedNormDecodesAsTwoKernels) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  const bool was = cuda::fuse_norm();
+  std::vector<GenerateResult> out;
+  for (bool fuse : {false, true}) {
+    cuda::set_fuse_norm(fuse);
+    auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
+    GenerateRequest r;
+    for (int i = 0; i < 20; ++i) r.prompt.push_back(int32_t(7 * i % 256));
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    r.top_logprobs = 4;
+    Session s(m, 256);
+    out.push_back(s.generate(r));
+  }
+  cuda::set_fuse_norm(was);
+  EXPECT_EQ(out[0].tokens, out[1].tokens) << GetParam();
+  ASSERT_EQ(out[0].logprobs.size(), out[1].logprobs.size());
+  for (size_t i = 0; i < out[0].logprobs.size(); ++i) {
+    EXPECT_EQ(out[0].logprobs[i].logprob, out[1].logprobs[i].logprob) << GetParam() << " " << i;
+    EXPECT_EQ(out[0].logprobs[i].top, out[1].logprobs[i].top) << GetParam() << " " << i;
   }
 }
 

@@ -137,8 +137,8 @@ __device__ __noinline__ void stage_rotated_k(const AttnArgs& a, const BatchArgs&
       for (int e = 0; e < 4; ++e) {
         const float x0 = __half2float(kr[d + e]), x1 = __half2float(kr[H2 + d + e]);
         const float c = cs[d + e], sn = cs[H2 + d + e];
-        r0[e] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-        r1[e] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+        r0[e] = rope_lo(x0, x1, c, sn);
+        r1[e] = rope_hi(x0, x1, c, sn);
       }
     }
 #pragma unroll
@@ -563,8 +563,8 @@ __global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
       const float* cs = a.rope + size_t(jr) * HD;
       for (int i = lane; i < HD / 2; i += 32) {
         const float x0 = kr[i], x1 = kr[i + HD / 2];
-        s += q[i] * (x0 * cs[i] - x1 * cs[HD / 2 + i]) +
-             q[i + HD / 2] * (x1 * cs[i] + x0 * cs[HD / 2 + i]);
+        s += q[i] * rope_lo(x0, x1, cs[i], cs[HD / 2 + i]) +
+             q[i + HD / 2] * rope_hi(x0, x1, cs[i], cs[HD / 2 + i]);
       }
     } else {
 #pragma unroll

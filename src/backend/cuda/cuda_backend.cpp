@@ -83,6 +83,9 @@ class CudaBackend final : public Backend {
                                       "' (norm, qkv, rope, attn, o, gate_up, down, head)");
       }
     }
+    norm_counter_ = alloc(sizeof(int));  // matmul_add_rmsnorm's count of finished CTAs
+    WICK_CUDA_CHECK(cudaMemsetAsync(norm_counter_.data(), 0, sizeof(int), st_));
+    WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
     spdlog::debug("{}: {:.0f} MiB of {:.0f} MiB usable", name_, mib(budget_), mib(total_b));
   }
   ~CudaBackend() override {
@@ -90,7 +93,8 @@ class CudaBackend final : public Backend {
     // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
     owned_.clear();
-    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &rope_tab_, &xb_})
+    for (Buffer* b :
+         {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &rope_tab_, &xb_, &norm_counter_})
       b->reset();
     cudaEventDestroy(upload_done_);
     cudaFreeHost(pinned_);
@@ -265,6 +269,14 @@ class CudaBackend final : public Backend {
     if (skip(d.n_out >= 32000 ? "head" : d.n_in == d.n_out ? "o" : "down")) return;
     cuda::matmul(&job, 1, x, int(n_rows), mm_scratch(*job.w, n_rows), st_);
   }
+  void matmul_add_rmsnorm(const Weight& w, const float* in, int64_t n_rows, float* proj, float* x,
+                          const float* norm, float eps, float* y) override {
+    const cuda::MatmulJob job{&desc(w), proj, nullptr};
+    const cuda::AddNorm a{x, norm, eps, y, norm_counter_.as<int>()};
+    // (WICK_CUDA_SKIP measures the product and the norm apart: two kernels)
+    if (skip_.empty() && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st_)) return;
+    Backend::matmul_add_rmsnorm(w, in, n_rows, proj, x, norm, eps, y);
+  }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
                   float* out[3]) override {
     if (skip("qkv")) return;
@@ -309,6 +321,23 @@ class CudaBackend final : public Backend {
     cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
                         !kv.pre_rope, b.slots, b.rope_pos, b.n_tokens, int(s.n_head),
                         int(s.n_head_kv), int(s.head_dim), inv_freq, st_);
+  }
+  void qkv_rope_kv_write(const Weight* w[3], const float* bias[3], const float* x, float* out[3],
+                         KvStore& kv, int64_t il, const BatchArgs& b, const AttnShape& s) override {
+    cuda::MatmulJob jobs[3];
+    for (int i = 0; i < 3; ++i) jobs[i] = {&desc(*w[i]), out[i], bias[i]};
+    cuda::RopeKv r;
+    r.pos = b.rope_pos;
+    r.slots = b.slots;
+    r.inv_freq = s.inv_freq;
+    r.k_cache = kv.k_layer<void>(il);
+    r.v_cache = kv.v_layer<void>(il);
+    r.cache_f16 = kv.dtype == DType::F16;
+    r.rotate_k = !kv.pre_rope;
+    r.head_dim = int(s.head_dim);
+    // (WICK_CUDA_SKIP measures qkv and rope apart: the two kernels)
+    if (skip_.empty() && cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, st_)) return;
+    Backend::qkv_rope_kv_write(w, bias, x, out, kv, il, b, s);
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                  const AttnShape& s, float* out) override {
@@ -428,7 +457,7 @@ class CudaBackend final : public Backend {
     return !skip_.empty() && skip_.find(std::string(",") + what + ",") != std::string::npos;
   }
   std::string skip_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_, xb_;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_, xb_, norm_counter_;
   const float* rope_freq_ = nullptr;
   int rope_hd_ = 0, rope_n_ = 0;
   void* pinned_ = nullptr;

@@ -56,6 +56,21 @@ __device__ __forceinline__ float dq(float q, float scale, float min) {
   return __fsub_rn(__fmul_rn(q, scale), min);
 }
 
+// RoPE of the pair (a, b) = (x_i, x_{i + head_dim/2}) by the angle (cs, sn),
+// each product and sum rounded on its own (no FMA): every kernel that rotates
+// (the RoPE kernels, the q/k/v epilogue, attention's pre-RoPE keys) gives the
+// same bits.
+__device__ __forceinline__ float rope_lo(float a, float b, float cs, float sn) {
+  return __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+}
+__device__ __forceinline__ float rope_hi(float a, float b, float cs, float sn) {
+  return __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+}
+// The angle of frequency `freq` at position `pos`, as every RoPE kernel takes it.
+__device__ __forceinline__ void rope_angle(int pos, float freq, float& cs, float& sn) {
+  sincosf(__fmul_rn(float(pos), freq), &sn, &cs);
+}
+
 // Programmatic dependent launch (sm_90): a kernel launched by launch_early
 // may start while the kernel before it drains, and must call this before it
 // reads that kernel's outputs or writes anything. Elsewhere a no-op.

@@ -83,7 +83,7 @@ __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, 
       xr[i] = v;
     }
     if (j < kHeld) xv[j] = v;
-    ss += v * v;
+    ss = __fmaf_rn(v, v, ss);  // explicit: matmul.cu's fused norm repeats these bits
   }
   const float inv = rsqrtf(block_sum(ss, sh) / float(n) + eps);
   float* yr = y + size_t(blockIdx.x) * n;
@@ -115,11 +115,11 @@ __device__ void rotate(float* v, int pos, int head_dim, const float* inv_freq, i
     if (cs_sn)
       cs = cs_sn->x, sn = cs_sn->y;
     else
-      sincosf(float(pos) * inv_freq[i], &sn, &cs);
+      rope_angle(pos, inv_freq[i], cs, sn);
     float* p = v + h * head_dim;
     const float a = p[i], b = p[i + half];
-    p[i] = a * cs - b * sn;
-    p[i + half] = b * cs + a * sn;
+    p[i] = rope_lo(a, b, cs, sn);
+    p[i + half] = rope_hi(a, b, cs, sn);
   }
 }
 
@@ -149,7 +149,7 @@ __global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
   const size_t slot = size_t(slots[t]);
   const bool fixed_i = blockDim.x % half == 0;
   float2 cs_sn{0.f, 0.f};
-  if (fixed_i) sincosf(float(p) * inv_freq[threadIdx.x % half], &cs_sn.y, &cs_sn.x);
+  if (fixed_i) rope_angle(p, inv_freq[threadIdx.x % half], cs_sn.x, cs_sn.y);
   allow_next_kernel();
   wait_for_previous_kernel();
   rotate(q + size_t(t) * n_head * head_dim, p, head_dim, inv_freq, n_head,
@@ -212,7 +212,7 @@ __global__ void rope_table_kernel(const float* inv_freq, int head_dim, int n_pos
        i += int64_t(gridDim.x) * blockDim.x) {
     const int p = int(i / half), f = int(i % half);
     float sn, cs;
-    sincosf(float(p) * inv_freq[f], &sn, &cs);  // as rotate() computes it
+    rope_angle(p, inv_freq[f], cs, sn);  // as rotate() computes it
     table[size_t(p) * head_dim + f] = cs;
     table[size_t(p) * head_dim + half + f] = sn;
   }

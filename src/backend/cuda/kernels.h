@@ -28,6 +28,39 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
                     void* xb, cudaStream_t st);
 size_t matmul_scratch_bytes(int M, int k_pad);
+// q, k, v of a decode batch with RoPE and the KV cache write in the
+// product's epilogue: the bits of matmul() then rope_kv_write(), one kernel
+// instead of two. Returns false, launching nothing, where it does not apply
+// (more than 16 rows, weights that do not share one launch, f32 weights,
+// WICK_CUDA_FUSE_ROPE=0); the caller then runs the two.
+struct RopeKv {
+  const int32_t* pos = nullptr;     // [M] RoPE positions
+  const int32_t* slots = nullptr;   // [M] cache slots
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  void* k_cache = nullptr;          // one layer: [n_slots, kv_dim], f16 or f32
+  void* v_cache = nullptr;
+  bool cache_f16 = true;
+  bool rotate_k = true;  // false: the cache keeps keys before RoPE
+  int head_dim = 0;
+};
+bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
+                        cudaStream_t st);
+// proj = in . w^T for a one-row batch, then x += proj and y = rmsnorm(x) * w
+// (add_rmsnorm's bits), the norm taken by the product's last CTA: one kernel
+// instead of two. Returns false, launching nothing, where it does not apply
+// (more than one row, f32 weights, a bias, WICK_CUDA_FUSE_NORM off).
+struct AddNorm {
+  float* x = nullptr;        // [n] the residual stream (n = the weight's n_out)
+  const float* w = nullptr;  // [n] the norm's weights
+  float eps = 0.f;
+  float* y = nullptr;      // [n]
+  int* counter = nullptr;  // one int, zero between launches (the kernel leaves it so)
+};
+bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddNorm& a,
+                        cudaStream_t st);
+// Whether matmul_add_rmsnorm fuses (WICK_CUDA_FUSE_NORM, default off; tests set it).
+void set_fuse_norm(bool on);
+bool fuse_norm();
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);

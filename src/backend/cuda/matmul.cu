@@ -13,6 +13,7 @@
 // the same set of products. A tile shape (rows x columns per warp) changes
 // which CTA computes an element, never the order.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
@@ -48,7 +49,20 @@ struct Params {
   const GpuWeight* experts;
   const int4* tiles;
   int which;
+  RopeKv rope;   // ROPE: RoPE and the cache write in the epilogue (jobs q, k, v)
+  AddNorm norm;  // NORM: residual add and norm of the one row, by the last CTA
 };
+
+// ROPE: tile t of q or k holds four rotation pairs of one head, so that the
+// epilogue finds both elements of a pair in its CTA: lane group g (the
+// tile's column g) computes element i0 + (g & 3) of the head's first half
+// (g < 4) or the same element of its second half. A tile's rows never change
+// an element's reduction order, so the bits equal the plain kernel's.
+__device__ __forceinline__ int rope_row(int tile, int g, int head_dim) {
+  const int tiles_per_head = head_dim / 8, half = head_dim / 2;
+  const int i0 = (tile % tiles_per_head) * 4;
+  return (tile / tiles_per_head) * head_dim + i0 + (g & 3) + (g >> 2) * half;
+}
 
 // The raw 16 bytes of one lane's weights of one chunk, with its group's
 // scale and min: fetched a few chunks ahead, decoded when used.
@@ -57,12 +71,13 @@ struct RawB {
   float s, m;
 };
 
+// row_g: the lane's weight row in the first 8-row tile (the next tiles' rows follow by 8).
 template <Fmt F, int NT>
-__device__ __forceinline__ void fetch_b(const GpuWeight& w, int n0, int g, int k, RawB (&r)[NT]) {
+__device__ __forceinline__ void fetch_b(const GpuWeight& w, int row_g, int k, RawB (&r)[NT]) {
   constexpr int kBytesPer16 = F == Fmt::U4 ? 8 : (F == Fmt::I8 ? 16 : 32);  // bytes per 16 elems
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const int row = n0 + 8 * nt + g;
+    const int row = row_g + 8 * nt;
     r[nt] = RawB{make_uint4(0, 0, 0, 0), 0.f, 0.f};
     if (row < w.n_out) {
       r[nt].q = ld_stream(row_ptr<F>(w, row) + size_t(k) * kBytesPer16 / 16);
@@ -86,10 +101,73 @@ __device__ __forceinline__ float4 load_x4(const float* x, int M, int n_in, int r
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED>
+// The epilogue of a ROPE launch, after the tile's sums are in `res` [16][8]:
+// q and k rotated (k unless the cache keeps keys before RoPE) with
+// rope_kv_kernel's bits, k and v also written to their cache slots.
+__device__ __forceinline__ void rope_kv_epilogue(const Params& p, int j, int tile, int n0,
+                                                 int n_out, int M, const float* res, float* y) {
+  const RopeKv& r = p.rope;
+  const int i = int(threadIdx.x);  // one element a thread (the launch has >= 128 threads)
+  const int row = i / 8, tc = i % 8;
+  if (row >= M) return;
+  const int col = j < 2 ? rope_row(tile, tc, r.head_dim) : n0 + tc;
+  if (col >= n_out) return;
+  float v = res[i];
+  if (j == 0 || (j == 1 && r.rotate_k)) {
+    float cs, sn;
+    rope_angle(r.pos[row], r.inv_freq[col % r.head_dim % (r.head_dim / 2)], cs, sn);
+    const float other = res[i ^ 4];  // the pair's other element (column tc ^ 4)
+    v = tc < 4 ? rope_lo(v, other, cs, sn) : rope_hi(other, v, cs, sn);
+  }
+  y[size_t(row) * n_out + col] = v;
+  if (j == 0) return;
+  const size_t at = size_t(r.slots[row]) * size_t(n_out) + size_t(col);
+  void* cache = j == 1 ? r.k_cache : r.v_cache;
+  if (r.cache_f16)
+    static_cast<__half*>(cache)[at] = __float2half_rn(v);
+  else
+    static_cast<float*>(cache)[at] = v;
+}
+
+// NORM, in the last CTA to finish: x += r and y = rmsnorm(x) * w for one row
+// of n, with the bits of elementwise.cu's rmsnorm_kernel<true>: its block of
+// vb threads emulated (thread t sums elements t, t + vb, ... in order, each
+// warp of them by the shuffle tree, then the warp sums by warp 0's tree).
+__device__ void add_rmsnorm_row(const AddNorm& a, const float* r, int n, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x / 32;
+  const int vb = n >= 256 ? 256 : 64;  // rmsnorm()'s block size for rows of n
+  for (int vw = warp; vw < vb / 32; vw += n_warps) {
+    float ss = 0.f;
+    for (int i = vw * 32 + lane; i < n; i += vb) {
+      const float v = a.x[i] + __ldcg(r + i);  // r: other CTAs' results, from L2
+      ss = __fmaf_rn(v, v, ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(~0u, ss, off);
+    if (lane == 0) sh[vw] = ss;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float v = lane < vb / 32 ? sh[lane] : 0.f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(~0u, v, off);
+    if (lane == 0) sh[32] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(sh[32] / float(n) + a.eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = a.x[i] + __ldcg(r + i);
+    a.x[i] = v;
+    a.y[i] = a.w[i] * (v * inv);
+  }
+}
+
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
 __global__ void mm_kernel(const __grid_constant__ Params p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
-  extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT]
+  static_assert(!ROPE || (MT == 1 && NT == 1 && !GATED && !GROUPED), "ROPE: one 16x8 tile");
+  static_assert(!NORM || (MT == 1 && NT == 1 && !GATED && !GROUPED && !ROPE), "NORM: one row");
+  extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT], then ROPE's [16][8] sums
   allow_next_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   int j = 0;
@@ -111,8 +189,11 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
     M = t.z;
     m0 = 0;
   }
-  const int n0 = (int(blockIdx.x) - p.jobs[j].tile_start) * 8 * NT;
+  const int tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * 8 * NT;
   const int n_chunks = p.k_pad / KC;
+  int row_g = n0 + g;
+  if constexpr (ROPE)
+    if (j < 2) row_g = rope_row(tile, g, p.rope.head_dim);
 
   // Slice w sums chunks w, w + kw, ... in order; a warp computes slices
   // warp, warp + n_warps, ... and leaves each slice's tile in shared memory;
@@ -135,8 +216,8 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
     for (int d = 0; d < P; ++d) {
       const int ch = w + d * p.kw;
       if (ch < n_chunks) {
-        fetch_b<F, NT>(W, n0, g, ch * KC + E * c, raw[d][0]);
-        if constexpr (GATED) fetch_b<F, NT>(U, n0, g, ch * KC + E * c, raw[d][NACC - 1]);
+        fetch_b<F, NT>(W, row_g, ch * KC + E * c, raw[d][0]);
+        if constexpr (GATED) fetch_b<F, NT>(U, row_g, ch * KC + E * c, raw[d][NACC - 1]);
       }
     }
     // The weights above do not depend on the kernel before; x does.
@@ -155,8 +236,8 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
             decode<F>(raw[d][a][nt].q, raw[d][a][nt].s, raw[d][a][nt].m, b[a][nt]);
         const int next = ch + P * p.kw;
         if (next < n_chunks) {
-          fetch_b<F, NT>(W, n0, g, next * KC + E * c, raw[d][0]);
-          if constexpr (GATED) fetch_b<F, NT>(U, n0, g, next * KC + E * c, raw[d][NACC - 1]);
+          fetch_b<F, NT>(W, row_g, next * KC + E * c, raw[d][0]);
+          if constexpr (GATED) fetch_b<F, NT>(U, row_g, next * KC + E * c, raw[d][NACC - 1]);
         }
 #pragma unroll
         for (int s = 0; s < E / 4; ++s) {
@@ -192,8 +273,12 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
     }
   }
   __syncthreads();
+  float* res = red + p.kw * NACC * TILE;  // ROPE
   for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-    const int r = m0 + i / TC, col = n0 + i % TC;
+    const int r = m0 + i / TC;
+    int col = n0 + i % TC;
+    if constexpr (ROPE)
+      if (j < 2) col = rope_row(tile, i % TC, p.rope.head_dim);
     if (r >= M || col >= W.n_out) continue;
     float sum[NACC];
 #pragma unroll
@@ -206,8 +291,28 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
       y[size_t(r) * W.n_out + col] = gv / (1.f + expf(-gv)) * sum[NACC - 1];
     } else {
       if (bias) sum[0] += bias[col];
-      y[size_t(r) * W.n_out + col] = sum[0];
+      if constexpr (ROPE)
+        res[i] = sum[0];
+      else
+        y[size_t(r) * W.n_out + col] = sum[0];
     }
+  }
+  if constexpr (ROPE) {
+    __syncthreads();
+    rope_kv_epilogue(p, j, tile, n0, W.n_out, M, res, y);
+  }
+  if constexpr (NORM) {  // the last CTA to finish takes the row's add and norm
+    __shared__ int last;
+    __threadfence();  // this CTA's y before its count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(p.norm.counter, 1) == int(gridDim.x * gridDim.y) - 1;
+      if (last) *p.norm.counter = 0;  // every CTA has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    add_rmsnorm_row(p.norm, y, W.n_out, red);
   }
 }
 
@@ -220,11 +325,12 @@ int kw_for(const GpuWeight& w) {
   return n_chunks >= 64 ? 8 : 4;
 }
 
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED>
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
 void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   const int nacc = GATED ? 2 : 1;
-  const size_t smem = size_t(p.kw) * nacc * 16 * MT * 8 * NT * sizeof(float);
-  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED>;
+  // (NORM reuses the slices' tiles for its 33 sums: kw >= 4 tiles of 128)
+  const size_t smem = (size_t(p.kw) * nacc + (ROPE ? 1 : 0)) * 16 * MT * 8 * NT * sizeof(float);
+  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM>;
   static bool raised = false;  // per instantiation: allow up to 160 KiB of shared memory
   if (!raised) {
     WICK_CUDA_CHECK(
@@ -393,6 +499,111 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
     t.xb = xb;
     if (!matmul_tiled(t, st)) dispatch<false, false>(p, 0, st);
   }
+}
+
+bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
+                        cudaStream_t st) {
+  static const bool on = [] {
+    const char* v = std::getenv("WICK_CUDA_FUSE_ROPE");  // 0: two kernels (for measuring)
+    if (v && std::string(v) != "0" && std::string(v) != "1")
+      throw std::invalid_argument(std::string("WICK_CUDA_FUSE_ROPE: invalid value '") + v + "'");
+    return !v || std::string(v) == "1";
+  }();
+  if (!on || M < 1 || M > 16 || matmul_path() == MatmulPath::Tiled) return false;
+  const GpuWeight &wq = *jobs[0].w, &wk = *jobs[1].w, &wv = *jobs[2].w;
+  const int hd = r.head_dim;
+  if (wq.fmt == Fmt::F32 || hd < 8 || hd % 8 || wq.n_out % hd || wk.n_out % hd ||
+      wv.n_out != wk.n_out)
+    return false;
+  Params p{};
+  p.x = x;
+  p.M = M;
+  p.n_in = wq.n_in;
+  p.k_pad = wq.k_pad;
+  p.kw = kw_for(wq);
+  p.n_jobs = 3;
+  p.rope = r;
+  int n_tiles = 0;
+  for (int j = 0; j < 3; ++j) {
+    const GpuWeight& w = *jobs[j].w;
+    // one launch: the same layout and reduction (as matmul() fuses jobs)
+    if (w.fmt != wq.fmt || w.k_pad != wq.k_pad || w.group != wq.group || kw_for(w) != p.kw)
+      return false;
+    p.jobs[j] = Job{w, jobs[j].y, jobs[j].bias, n_tiles};
+    n_tiles += ceil_div(w.n_out, 8);
+  }
+  // the epilogue takes one element a thread: 128 threads at least (kw >= 4)
+  if (std::min(p.kw, 16) < 4) return false;
+  switch (wq.fmt) {
+    case Fmt::BF16:
+      launch<Fmt::BF16, 1, 1, false, false, true>(p, n_tiles, 1, st);
+      break;
+    case Fmt::F16:
+      launch<Fmt::F16, 1, 1, false, false, true>(p, n_tiles, 1, st);
+      break;
+    case Fmt::I8:
+      launch<Fmt::I8, 1, 1, false, false, true>(p, n_tiles, 1, st);
+      break;
+    case Fmt::U4:
+      launch<Fmt::U4, 1, 1, false, false, true>(p, n_tiles, 1, st);
+      break;
+    default:
+      return false;
+  }
+  return true;
+}
+
+namespace {
+std::atomic<int> g_fuse_norm{-1};  // -1: WICK_CUDA_FUSE_NORM not read yet
+}
+
+void set_fuse_norm(bool on) {
+  g_fuse_norm = on ? 1 : 0;
+}
+
+bool fuse_norm() {
+  if (g_fuse_norm.load() < 0) {
+    const char* v = std::getenv("WICK_CUDA_FUSE_NORM");
+    if (v && std::string(v) != "0" && std::string(v) != "1")
+      throw std::invalid_argument(std::string("WICK_CUDA_FUSE_NORM: invalid value '") + v + "'");
+    int expected = -1;
+    g_fuse_norm.compare_exchange_strong(expected, v && std::string(v) == "1" ? 1 : 0);
+  }
+  return g_fuse_norm.load() == 1;
+}
+
+bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddNorm& a,
+                        cudaStream_t st) {
+  if (M != 1 || !fuse_norm() || matmul_path() == MatmulPath::Tiled) return false;
+  const GpuWeight& w = *job.w;
+  if (w.fmt == Fmt::F32 || job.bias || !a.counter) return false;
+  Params p{};
+  p.x = in;
+  p.M = 1;
+  p.n_in = w.n_in;
+  p.k_pad = w.k_pad;
+  p.kw = kw_for(w);
+  p.n_jobs = 1;
+  p.jobs[0] = Job{w, job.y, nullptr, 0};
+  p.norm = a;
+  const int n_tiles = ceil_div(w.n_out, 8);
+  switch (w.fmt) {
+    case Fmt::BF16:
+      launch<Fmt::BF16, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
+      break;
+    case Fmt::F16:
+      launch<Fmt::F16, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
+      break;
+    case Fmt::I8:
+      launch<Fmt::I8, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
+      break;
+    case Fmt::U4:
+      launch<Fmt::U4, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
+      break;
+    default:
+      return false;
+  }
+  return true;
 }
 
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,

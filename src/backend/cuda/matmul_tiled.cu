@@ -319,6 +319,10 @@ size_t matmul_scratch_bytes(int M, int k_pad) {
   return size_t(std::max(M, 0)) * size_t(k_pad) * 2;
 }
 
+MatmulPath matmul_path() {
+  return MatmulPath(g_path.load());
+}
+
 bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
   const MatmulPath path = MatmulPath(g_path.load());
   if (path == MatmulPath::DecodeKernel || !t.xb || t.M <= 0) return false;

@@ -28,5 +28,6 @@ struct TiledProblem {
 // launched) when it does not apply: a 4-bit or f32 weight, or too few rows
 // or tiles for it to beat the decode kernel.
 bool matmul_tiled(const TiledProblem& t, cudaStream_t st);
+MatmulPath matmul_path();  // what set_matmul_path() chose
 
 }  // namespace wick::cuda
