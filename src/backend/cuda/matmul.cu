@@ -356,6 +356,14 @@ int env_int(const char* name, int fallback, std::initializer_list<int> allowed =
   if (!ok) throw std::invalid_argument(std::string(name) + ": invalid value '" + v + "'");
   return int(x);
 }
+// A 0/1 switch from the environment (unset: fallback).
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v) return fallback;
+  if (std::string(v) != "0" && std::string(v) != "1")
+    throw std::invalid_argument(std::string(name) + ": invalid value '" + v + "' (0 or 1)");
+  return std::string(v) == "1";
+}
 int decode_tall_nt() {
   static const int nt = env_int("WICK_CUDA_TALL_NT", 4, {1, 2, 4});
   return nt;
@@ -465,6 +473,28 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
   }
 }
 
+// The fused decode launches (ROPE or NORM): one 16x8 tile a CTA, the
+// weight's format picked at run time; false for f32 weights.
+template <bool ROPE, bool NORM>
+bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
+  switch (p.jobs[0].w.fmt) {
+    case Fmt::BF16:
+      launch<Fmt::BF16, 1, 1, false, false, ROPE, NORM>(p, n_tiles, 1, st);
+      return true;
+    case Fmt::F16:
+      launch<Fmt::F16, 1, 1, false, false, ROPE, NORM>(p, n_tiles, 1, st);
+      return true;
+    case Fmt::I8:
+      launch<Fmt::I8, 1, 1, false, false, ROPE, NORM>(p, n_tiles, 1, st);
+      return true;
+    case Fmt::U4:
+      launch<Fmt::U4, 1, 1, false, false, ROPE, NORM>(p, n_tiles, 1, st);
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st) {
@@ -503,12 +533,7 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
 
 bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
                         cudaStream_t st) {
-  static const bool on = [] {
-    const char* v = std::getenv("WICK_CUDA_FUSE_ROPE");  // 0: two kernels (for measuring)
-    if (v && std::string(v) != "0" && std::string(v) != "1")
-      throw std::invalid_argument(std::string("WICK_CUDA_FUSE_ROPE: invalid value '") + v + "'");
-    return !v || std::string(v) == "1";
-  }();
+  static const bool on = env_flag("WICK_CUDA_FUSE_ROPE", true);  // 0: two kernels (measuring)
   if (!on || M < 1 || M > 16 || matmul_path() == MatmulPath::Tiled) return false;
   const GpuWeight &wq = *jobs[0].w, &wk = *jobs[1].w, &wv = *jobs[2].w;
   const int hd = r.head_dim;
@@ -534,23 +559,7 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
   }
   // the epilogue takes one element a thread: 128 threads at least (kw >= 4)
   if (std::min(p.kw, 16) < 4) return false;
-  switch (wq.fmt) {
-    case Fmt::BF16:
-      launch<Fmt::BF16, 1, 1, false, false, true>(p, n_tiles, 1, st);
-      break;
-    case Fmt::F16:
-      launch<Fmt::F16, 1, 1, false, false, true>(p, n_tiles, 1, st);
-      break;
-    case Fmt::I8:
-      launch<Fmt::I8, 1, 1, false, false, true>(p, n_tiles, 1, st);
-      break;
-    case Fmt::U4:
-      launch<Fmt::U4, 1, 1, false, false, true>(p, n_tiles, 1, st);
-      break;
-    default:
-      return false;
-  }
-  return true;
+  return launch_fused<true, false>(p, n_tiles, st);
 }
 
 namespace {
@@ -563,11 +572,8 @@ void set_fuse_norm(bool on) {
 
 bool fuse_norm() {
   if (g_fuse_norm.load() < 0) {
-    const char* v = std::getenv("WICK_CUDA_FUSE_NORM");
-    if (v && std::string(v) != "0" && std::string(v) != "1")
-      throw std::invalid_argument(std::string("WICK_CUDA_FUSE_NORM: invalid value '") + v + "'");
-    int expected = -1;
-    g_fuse_norm.compare_exchange_strong(expected, v && std::string(v) == "1" ? 1 : 0);
+    int unread = -1;
+    g_fuse_norm.compare_exchange_strong(unread, env_flag("WICK_CUDA_FUSE_NORM", false) ? 1 : 0);
   }
   return g_fuse_norm.load() == 1;
 }
@@ -586,24 +592,7 @@ bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddN
   p.n_jobs = 1;
   p.jobs[0] = Job{w, job.y, nullptr, 0};
   p.norm = a;
-  const int n_tiles = ceil_div(w.n_out, 8);
-  switch (w.fmt) {
-    case Fmt::BF16:
-      launch<Fmt::BF16, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
-      break;
-    case Fmt::F16:
-      launch<Fmt::F16, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
-      break;
-    case Fmt::I8:
-      launch<Fmt::I8, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
-      break;
-    case Fmt::U4:
-      launch<Fmt::U4, 1, 1, false, false, false, true>(p, n_tiles, 1, st);
-      break;
-    default:
-      return false;
-  }
-  return true;
+  return launch_fused<false, true>(p, ceil_div(w.n_out, 8), st);
 }
 
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
