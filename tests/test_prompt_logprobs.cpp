@@ -26,12 +26,7 @@ Tokens some_tokens(int n, uint32_t seed, int32_t n_vocab) {
 }
 
 GenerateRequest greedy(Tokens prompt, int32_t max_tokens = 1) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling = SamplingParams::greedy();
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
+  return greedy_request(std::move(prompt), max_tokens);
 }
 
 class PromptLogprobsArch : public ::testing::TestWithParam<std::string> {};

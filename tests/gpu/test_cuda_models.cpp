@@ -221,23 +221,16 @@ TEST_P(TinyOnGpu, PromptLogprobsAreTheDistributionAfterThePrefix) {
     for (auto& x : t) x = int32_t(rng() % uint32_t(std::min(V, 500)));
     return t;
   };
-  auto greedy = [](std::vector<int32_t> prompt, int32_t max_tokens) {
-    GenerateRequest r;
-    r.prompt = std::move(prompt);
-    r.sampling = SamplingParams::greedy();
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    return r;
-  };
   const std::vector<int32_t> prompt = tokens(37);
-  GenerateRequest r = greedy(prompt, 3);
+  GenerateRequest r = greedy_request(prompt, 3);
   r.prompt_logprobs = 3;
   r.prefill_chunk = 9;
   EngineConfig cfg;
   cfg.max_batch_tokens = 20;
   cfg.n_blocks = 256;
   Engine e(m, cfg);
-  const GenerateResult got = run_engine(e, {greedy(tokens(25), 5), r, greedy(tokens(30), 4)})[1];
+  const GenerateResult got =
+      run_engine(e, {greedy_request(tokens(25), 5), r, greedy_request(tokens(30), 4)})[1];
   ASSERT_EQ(got.prompt_logprobs.size(), prompt.size());
   EXPECT_FALSE(got.prompt_logprobs[0].has_value());
   EngineConfig alone_cfg;
@@ -247,7 +240,7 @@ TEST_P(TinyOnGpu, PromptLogprobsAreTheDistributionAfterThePrefix) {
     ASSERT_TRUE(got.prompt_logprobs[p].has_value()) << p;
     const TokenLogprob& lp = *got.prompt_logprobs[p];
     GenerateRequest before =
-        greedy(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(p)), 1);
+        greedy_request(std::vector<int32_t>(prompt.begin(), prompt.begin() + long(p)));
     before.keep_first_logits = true;
     before.top_logprobs = 3;
     const GenerateResult want = run_engine(alone, {before})[0];
@@ -272,11 +265,9 @@ TEST_P(TinyOnGpu, FusedNormDecodesAsTwoKernels) {
   for (bool fuse : {false, true}) {
     cuda::set_fuse_norm(fuse);
     auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
-    GenerateRequest r;
-    for (int i = 0; i < 20; ++i) r.prompt.push_back(int32_t(7 * i % 256));
-    r.sampling = SamplingParams::greedy();
-    r.max_tokens = 16;
-    r.ignore_eos = true;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back(int32_t(7 * i % 256));
+    GenerateRequest r = greedy_request(prompt, 16);
     r.top_logprobs = 4;
     Session s(m, 256);
     out.push_back(s.generate(r));

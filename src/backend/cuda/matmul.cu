@@ -473,6 +473,24 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
   }
 }
 
+// Products of x that share one launch: the same layout and reduction.
+bool same_launch(const GpuWeight& a, const GpuWeight& b) {
+  return a.fmt == b.fmt && a.k_pad == b.k_pad && a.group == b.group && kw_for(a) == kw_for(b);
+}
+
+// A launch's parameters for products of x [M, w.n_in] shaped as w (jobs unset).
+Params params_for(const GpuWeight& w, const float* x, int M) {
+  Params p{};
+  p.x = x;
+  p.M = M;
+  p.n_in = w.n_in;
+  p.k_pad = w.k_pad;
+  p.kw = kw_for(w);
+  return p;
+}
+
+std::atomic<int> g_fuse_norm{-1};  // -1: WICK_CUDA_FUSE_NORM not read yet
+
 // The fused decode launches (ROPE or NORM): one 16x8 tile a CTA, the
 // weight's format picked at run time; false for f32 weights.
 template <bool ROPE, bool NORM>
@@ -508,17 +526,9 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
       ++start;
       continue;
     }
-    Params p{};
-    p.x = x;
-    p.M = M;
-    p.n_in = w0.n_in;
-    p.k_pad = w0.k_pad;
-    p.kw = kw_for(w0);
-    p.n_jobs = 0;
+    Params p = params_for(w0, x, M);
     const int first = start;
-    while (start < n_jobs && p.n_jobs < kMaxJobs && jobs[start].w->fmt == w0.fmt &&
-           jobs[start].w->k_pad == w0.k_pad && jobs[start].w->group == w0.group &&
-           kw_for(*jobs[start].w) == p.kw) {
+    while (start < n_jobs && p.n_jobs < kMaxJobs && same_launch(*jobs[start].w, w0)) {
       p.jobs[p.n_jobs++] = Job{*jobs[start].w, jobs[start].y, jobs[start].bias, 0};
       ++start;
     }
@@ -540,30 +550,19 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
   if (wq.fmt == Fmt::F32 || hd < 8 || hd % 8 || wq.n_out % hd || wk.n_out % hd ||
       wv.n_out != wk.n_out)
     return false;
-  Params p{};
-  p.x = x;
-  p.M = M;
-  p.n_in = wq.n_in;
-  p.k_pad = wq.k_pad;
-  p.kw = kw_for(wq);
+  Params p = params_for(wq, x, M);
   p.n_jobs = 3;
   p.rope = r;
   int n_tiles = 0;
   for (int j = 0; j < 3; ++j) {
     const GpuWeight& w = *jobs[j].w;
-    // one launch: the same layout and reduction (as matmul() fuses jobs)
-    if (w.fmt != wq.fmt || w.k_pad != wq.k_pad || w.group != wq.group || kw_for(w) != p.kw)
-      return false;
+    if (!same_launch(w, wq)) return false;
     p.jobs[j] = Job{w, jobs[j].y, jobs[j].bias, n_tiles};
     n_tiles += ceil_div(w.n_out, 8);
   }
   // the epilogue takes one element a thread: 128 threads at least (kw >= 4)
   if (std::min(p.kw, 16) < 4) return false;
   return launch_fused<true, false>(p, n_tiles, st);
-}
-
-namespace {
-std::atomic<int> g_fuse_norm{-1};  // -1: WICK_CUDA_FUSE_NORM not read yet
 }
 
 void set_fuse_norm(bool on) {
@@ -583,12 +582,7 @@ bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddN
   if (M != 1 || !fuse_norm() || matmul_path() == MatmulPath::Tiled) return false;
   const GpuWeight& w = *job.w;
   if (w.fmt == Fmt::F32 || job.bias || !a.counter) return false;
-  Params p{};
-  p.x = in;
-  p.M = 1;
-  p.n_in = w.n_in;
-  p.k_pad = w.k_pad;
-  p.kw = kw_for(w);
+  Params p = params_for(w, in, 1);
   p.n_jobs = 1;
   p.jobs[0] = Job{w, job.y, nullptr, 0};
   p.norm = a;
