@@ -180,50 +180,62 @@ std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n_vocab, int n) {
 
 // N sequences at once through the engine, as llama-batched-bench measures:
 // generated tok/s and total (prompt + generated) tok/s over the wall time.
+// max_batch_tokens: the engine's tokens a step (0: the engine's default).
+json run_parallel(const std::shared_ptr<const LoadedModel>& m, std::mt19937& rng, int n_seq,
+                  int max_batch_tokens, int n_prompt, int n_gen) {
+  EngineConfig cfg = EngineConfig::from_env();
+  cfg.n_blocks = n_seq * ((n_prompt + n_gen) / cfg.block_size + 2);
+  cfg.max_seqs = std::max(cfg.max_seqs, n_seq);
+  if (max_batch_tokens > 0) cfg.max_batch_tokens = max_batch_tokens;
+  Engine e(m, cfg);
+  double last_first_ms = 0;  // when the last sequence got its first token
+  for (int i = 0; i < n_seq; ++i) {
+    GenerateRequest r;
+    r.prompt = random_ids(rng, m->model->config.n_vocab, n_prompt);
+    r.sampling = SamplingParams::greedy();
+    r.max_tokens = n_gen;
+    r.ignore_eos = true;
+    e.add_request(r, {nullptr, [&](const GenerateResult& res) {
+                        last_first_ms = std::max(last_first_ms, res.ttft_ms);
+                      }});
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  e.run_until_idle();
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // the generation phase alone (as llama-batched-bench's S_TG): tokens after
+  // each sequence's first, over the time after the last first token
+  const double t_gen = t - last_first_ms / 1e3;
+  return {{"test", "parallel"},
+          {"sequences", n_seq},
+          {"n_prompt", n_prompt},
+          {"n_gen", n_gen},
+          {"max_batch_tokens", cfg.max_batch_tokens},
+          {"seconds", t},
+          {"generated_tok_s", double(n_seq) * n_gen / t},
+          {"generation_phase_tok_s", t_gen > 0 ? double(n_seq) * (n_gen - 1) / t_gen : 0},
+          {"total_tok_s", double(n_seq) * (n_prompt + n_gen) / t},
+          {"preemptions", e.n_preemptions()}};
+}
+
+// run_parallel for each count, at each of the budgets (0: the engine's default).
 void bench_parallel(const std::shared_ptr<const LoadedModel>& m, const std::vector<int>& ns,
-                    int n_prompt, int n_gen, bool as_json, nlohmann::json& results) {
+                    const std::vector<int>& budgets, int n_prompt, int n_gen, bool as_json,
+                    nlohmann::json& results) {
   std::mt19937 rng(7);
   if (!as_json)
     fmt::print(
-        "| sequences | prompt | gen | time s | generated tok/s | generation phase tok/s | total "
-        "tok/s | preemptions |\n|---|---|---|---|---|---|---|---|\n");
-  for (int n_seq : ns) {
-    EngineConfig cfg = EngineConfig::from_env();
-    cfg.n_blocks = n_seq * ((n_prompt + n_gen) / cfg.block_size + 2);
-    cfg.max_seqs = std::max(cfg.max_seqs, n_seq);
-    Engine e(m, cfg);
-    double last_first_ms = 0;  // when the last sequence got its first token
-    for (int i = 0; i < n_seq; ++i) {
-      GenerateRequest r;
-      r.prompt = random_ids(rng, m->model->config.n_vocab, n_prompt);
-      r.sampling = SamplingParams::greedy();
-      r.max_tokens = n_gen;
-      r.ignore_eos = true;
-      e.add_request(r, {nullptr, [&](const GenerateResult& res) {
-                          last_first_ms = std::max(last_first_ms, res.ttft_ms);
-                        }});
+        "| sequences | prompt | gen | step tokens | time s | generated tok/s | generation phase "
+        "tok/s | total tok/s | preemptions |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (int n_seq : ns)
+    for (int budget : budgets) {
+      const json r = run_parallel(m, rng, n_seq, budget, n_prompt, n_gen);
+      results.push_back(r);
+      if (!as_json)
+        fmt::print("| {} | {} | {} | {} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {} |\n", n_seq,
+                   n_prompt, n_gen, r["max_batch_tokens"].get<int>(), r["seconds"].get<double>(),
+                   r["generated_tok_s"].get<double>(), r["generation_phase_tok_s"].get<double>(),
+                   r["total_tok_s"].get<double>(), r["preemptions"].get<uint64_t>());
     }
-    auto t0 = std::chrono::steady_clock::now();
-    e.run_until_idle();
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double gen = double(n_seq) * n_gen / t, total = double(n_seq) * (n_prompt + n_gen) / t;
-    // the generation phase alone (as llama-batched-bench's S_TG): tokens after
-    // each sequence's first, over the time after the last first token
-    const double t_gen = t - last_first_ms / 1e3;
-    const double gen_phase = t_gen > 0 ? double(n_seq) * (n_gen - 1) / t_gen : 0;
-    results.push_back({{"test", "parallel"},
-                       {"sequences", n_seq},
-                       {"n_prompt", n_prompt},
-                       {"n_gen", n_gen},
-                       {"seconds", t},
-                       {"generated_tok_s", gen},
-                       {"generation_phase_tok_s", gen_phase},
-                       {"total_tok_s", total},
-                       {"preemptions", e.n_preemptions()}});
-    if (!as_json)
-      fmt::print("| {} | {} | {} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {} |\n", n_seq, n_prompt,
-                 n_gen, t, gen, gen_phase, total, e.n_preemptions());
-  }
 }
 
 // TTFT of a request whose prefix of n_prefix tokens is cached, against a cold one.
@@ -276,6 +288,7 @@ void register_bench(CLI::App& app) {
   static std::string path, parallel;
   static std::string prompts = "512";
   static int n_gen = 128, reps = 3, prefix_ttft = 0, depth = 0;
+  static std::string batch_tokens;
   static bool as_json = false;
   cmd->add_option("MODEL", path, "a .gguf file, a HF folder, or a name in the model store")
       ->required();
@@ -291,6 +304,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--parallel", parallel,
                   "instead: throughput of N concurrent sequences (list, e.g. 1,8,32) with -p "
                   "prompt and -n generated tokens each");
+  cmd->add_option("--max-batch-tokens", batch_tokens,
+                  "with --parallel: the engine's tokens a step, decodes and prefill chunks; a "
+                  "list (512,2048) runs each (default 512, as wick serve)");
   cmd->add_option("--prefix-ttft", prefix_ttft,
                   "instead: TTFT with this many prefix tokens cached, against cold")
       ->check(CLI::Range(1, 1 << 20));
@@ -309,7 +325,13 @@ void register_bench(CLI::App& app) {
         for (auto& id : parse_ids(parallel))
           ns.push_back(id > 0 ? id
                               : throw std::runtime_error("--parallel: counts must be positive"));
-        bench_parallel(m, ns, n_prompt, n_gen, as_json, results);
+        std::vector<int> budgets{0};
+        if (!batch_tokens.empty()) budgets.clear();
+        for (auto& n : batch_tokens.empty() ? std::vector<int32_t>{} : parse_ids(batch_tokens))
+          budgets.push_back(n > 0 && n <= (1 << 20)
+                                ? n
+                                : throw std::runtime_error("--max-batch-tokens: 1 to 1048576"));
+        bench_parallel(m, ns, budgets, n_prompt, n_gen, as_json, results);
       }
       if (prefix_ttft > 0) bench_prefix_ttft(m, prefix_ttft, as_json, results);
       if (as_json)
