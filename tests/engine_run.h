@@ -1,7 +1,9 @@
 // Helpers shared by the engine-level tests: running requests through an
-// engine together, a greedy request.
+// engine together, a greedy request, random prompts, span requests.
 #pragma once
 
+#include <cstdint>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,10 @@ inline std::vector<GenerateResult> run_engine(Engine& e, const std::vector<Gener
   return out;
 }
 
+inline GenerateResult run_one(Engine& e, const GenerateRequest& r) {
+  return run_engine(e, {r})[0];
+}
+
 // Greedy decoding of max_tokens tokens, end-of-generation ids ignored.
 inline GenerateRequest greedy_request(std::vector<int32_t> prompt, int32_t max_tokens = 1) {
   GenerateRequest r;
@@ -25,6 +31,31 @@ inline GenerateRequest greedy_request(std::vector<int32_t> prompt, int32_t max_t
   r.sampling = SamplingParams::greedy();
   r.max_tokens = max_tokens;
   r.ignore_eos = true;
+  return r;
+}
+
+// n token ids below n_vocab.
+inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int64_t n_vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = int32_t(rng() % uint32_t(n_vocab));
+  return t;
+}
+
+// prefix, the documents as spans, then the question: greedy, the first
+// step's logits kept; the span settings (recompute, blend, context) are the
+// engine's until the caller sets them.
+inline GenerateRequest request_with_spans(const std::vector<int32_t>& prefix,
+                                          const std::vector<std::vector<int32_t>>& docs,
+                                          const std::vector<int32_t>& question,
+                                          int32_t max_tokens) {
+  GenerateRequest r = greedy_request(prefix, max_tokens);
+  for (const auto& d : docs) {
+    const int32_t begin = int32_t(r.prompt.size());
+    r.prompt.insert(r.prompt.end(), d.begin(), d.end());
+    r.spans.push_back({begin, int32_t(r.prompt.size())});
+  }
+  r.prompt.insert(r.prompt.end(), question.begin(), question.end());
+  r.keep_first_logits = true;
   return r;
 }
 

@@ -25,32 +25,15 @@ using Tokens = std::vector<int32_t>;
 using Fills = std::vector<std::pair<int32_t, int32_t>>;
 constexpr int32_t kBs = 16;  // the engine's default block size
 
-Tokens random_tokens(std::mt19937& rng, int n, int64_t n_vocab) {
-  Tokens t(static_cast<size_t>(n));
-  for (auto& x : t) x = int32_t(rng() % uint32_t(n_vocab));
-  return t;
-}
-
 // prefix, the documents as spans, then the question; greedy; each span
 // computed after the prefix's first n_ctx tokens
 GenerateRequest ctx_request(const Tokens& prefix, const std::vector<Tokens>& docs,
                             const Tokens& question, int32_t n_ctx, int32_t recompute = 0,
                             float blend = 0.f) {
-  GenerateRequest r;
-  r.prompt = prefix;
-  for (const auto& d : docs) {
-    const int32_t begin = int32_t(r.prompt.size());
-    r.prompt.insert(r.prompt.end(), d.begin(), d.end());
-    r.spans.push_back({begin, int32_t(r.prompt.size())});
-  }
-  r.prompt.insert(r.prompt.end(), question.begin(), question.end());
+  GenerateRequest r = request_with_spans(prefix, docs, question, 6);
   r.span_context = n_ctx;
   r.span_recompute = recompute;
   r.span_blend = blend;
-  r.sampling = SamplingParams::greedy();
-  r.max_tokens = 6;
-  r.ignore_eos = true;
-  r.keep_first_logits = true;
   return r;
 }
 
@@ -59,10 +42,6 @@ EngineConfig ctx_config() {
   c.span_cache = true;
   c.n_blocks = 256;
   return c;
-}
-
-GenerateResult run_one(Engine& e, const GenerateRequest& r) {
-  return run_engine(e, {r})[0];
 }
 
 class SpanContextArch : public ::testing::TestWithParam<std::string> {

@@ -28,29 +28,12 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
-Tokens random_tokens(std::mt19937& rng, int n, int64_t n_vocab) {
-  Tokens t(static_cast<size_t>(n));
-  for (auto& x : t) x = int32_t(rng() % uint32_t(n_vocab));
-  return t;
-}
-
 // prefix, the documents as spans, then the question; greedy
 GenerateRequest span_request(const Tokens& prefix, const std::vector<Tokens>& docs,
                              const Tokens& question, int32_t recompute = -1, float blend = -1.f) {
-  GenerateRequest r;
-  r.prompt = prefix;
-  for (const auto& d : docs) {
-    const int32_t begin = int32_t(r.prompt.size());
-    r.prompt.insert(r.prompt.end(), d.begin(), d.end());
-    r.spans.push_back({begin, int32_t(r.prompt.size())});
-  }
-  r.prompt.insert(r.prompt.end(), question.begin(), question.end());
+  GenerateRequest r = request_with_spans(prefix, docs, question, 8);
   r.span_recompute = recompute;
   r.span_blend = blend;
-  r.sampling = SamplingParams::greedy();
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  r.keep_first_logits = true;
   return r;
 }
 
@@ -61,10 +44,6 @@ EngineConfig span_config() {
   c.span_recompute = 16;  // the counts below are written for first-16 repair, no blend
   c.span_blend = 0.f;
   return c;
-}
-
-GenerateResult run_one(Engine& e, const GenerateRequest& r) {
-  return run_engine(e, {r})[0];
 }
 
 int32_t n_tokens(const std::vector<Tokens>& docs) {

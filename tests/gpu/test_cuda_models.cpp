@@ -144,27 +144,12 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
   WICK_REQUIRE_SHARED();
   auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
   std::mt19937 rng(7);
-  auto random = [&](int n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = int32_t(rng() % 256);
-    return t;
-  };
+  auto random = [&](int n) { return random_tokens(rng, n, 256); };
   auto request = [](const std::vector<int32_t>& prefix,
                     const std::vector<std::vector<int32_t>>& docs,
                     const std::vector<int32_t>& question, int32_t recompute) {
-    GenerateRequest r;
-    r.prompt = prefix;
-    for (const auto& d : docs) {
-      const int32_t begin = int32_t(r.prompt.size());
-      r.prompt.insert(r.prompt.end(), d.begin(), d.end());
-      r.spans.push_back({begin, int32_t(r.prompt.size())});
-    }
-    r.prompt.insert(r.prompt.end(), question.begin(), question.end());
+    GenerateRequest r = request_with_spans(prefix, docs, question, 8);
     r.span_recompute = recompute;
-    r.sampling = SamplingParams::greedy();
-    r.max_tokens = 8;
-    r.ignore_eos = true;
-    r.keep_first_logits = true;
     return r;
   };
   EngineConfig cfg;
@@ -172,19 +157,13 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
   cfg.n_blocks = 256;
   cfg.span_recompute = 16;
   cfg.span_blend = 0.f;
-  auto run = [&](Engine& e, const GenerateRequest& r) {
-    GenerateResult out;
-    e.add_request(r, {nullptr, [&out](const GenerateResult& g) { out = g; }});
-    e.run_until_idle();
-    return out;
-  };
   {  // block-aligned spans, all recomputed: full prefill
     const auto prefix = random(16), question = random(7);
     const std::vector<std::vector<int32_t>> docs = {random(32), random(16)};
     GenerateRequest r = request(prefix, docs, question, 1000), plain = r;
     plain.spans.clear();
     Engine e(m, cfg), ref(m, cfg);
-    const auto got = run(e, r), want = run(ref, plain);
+    const auto got = run_one(e, r), want = run_one(ref, plain);
     EXPECT_EQ(got.tokens, want.tokens) << GetParam();
     EXPECT_LT(rel_err(got.first_logits, want.first_logits), 1e-3) << GetParam();
     EXPECT_EQ(got.n_span_misses, 2);
@@ -193,12 +172,12 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
     const auto prefix = random(5);
     const auto A = random(20), B = random(37), C = random(9);
     Engine e(m, cfg);
-    run(e, request(prefix, {A, B, C}, random(6), -1));
+    run_one(e, request(prefix, {A, B, C}, random(6), -1));
     const auto req2 = request(prefix, {C, A, B}, random(6), -1);
-    const auto r2 = run(e, req2);
+    const auto r2 = run_one(e, req2);
     EXPECT_EQ(r2.n_span_hits, 3) << GetParam();
     Engine fresh(m, cfg);
-    const auto f2 = run(fresh, req2);
+    const auto f2 = run_one(fresh, req2);
     EXPECT_EQ(r2.tokens, f2.tokens) << GetParam();
     EXPECT_EQ(r2.first_logits, f2.first_logits) << GetParam();
     EXPECT_EQ(e.blocks().n_used(), 0);
