@@ -11,7 +11,6 @@ from collections import defaultdict
 PEAK_GBS = 3000.0  # ../shared/anchors.md: measured copy bandwidth of the H100
 
 
-
 def without_params(name):
     """The kernel's name without its trailing parameter list (template arguments kept)."""
     name = name.strip()

@@ -226,8 +226,10 @@ void bench_parallel(const std::shared_ptr<const LoadedModel>& m, const std::vect
     fmt::print(
         "| sequences | prompt | gen | step tokens | time s | generated tok/s | generation phase "
         "tok/s | total tok/s | preemptions |\n|---|---|---|---|---|---|---|---|---|\n");
-  for (int n_seq : ns)
+  for (int n_seq : ns) {
+    const std::mt19937 at_count = rng;  // the same prompts at every budget
     for (int budget : budgets) {
+      rng = at_count;
       const json r = run_parallel(m, rng, n_seq, budget, n_prompt, n_gen);
       results.push_back(r);
       if (!as_json)
@@ -236,6 +238,7 @@ void bench_parallel(const std::shared_ptr<const LoadedModel>& m, const std::vect
                    r["generated_tok_s"].get<double>(), r["generation_phase_tok_s"].get<double>(),
                    r["total_tok_s"].get<double>(), r["preemptions"].get<uint64_t>());
     }
+  }
 }
 
 // TTFT of a request whose prefix of n_prefix tokens is cached, against a cold one.
