@@ -25,8 +25,8 @@ model: setup
 # ctest -j runs several tests at once, each with an OpenMP team of all cores:
 # threads that spin at the team's barriers starve the other test's threads
 # (a pair of default-model tests 8.7-48 s spinning, 4.2 s passive; the whole
-# suite 8 -> 4.7 min on 2 cores, docs/security.md). Tests only: a lone wick
-# is quicker spinning.
+# suite's ctest 8 -> 5 min on 2 cores, docs/security.md). Tests only: a lone
+# wick is quicker spinning.
 CTEST_ENV = OMP_WAIT_POLICY=passive
 
 test: build model
