@@ -53,7 +53,7 @@ def main():
     with open(sys.argv[1], encoding="utf-8", errors="replace") as f:
         data = parse(f)
     print("| model | dtype | TTFT 512 / 1024 / 4096 ms (wick) | llama.cpp | tg128 tok/s (wick / llama.cpp) "
-          "| sequences: generated tok/s, wall / generation phase (step tokens) |")
+          "| sequences: generated tok/s, wall / generation phase (step tokens) [llama.cpp] |")
     print("|---|---|---|---|---|---|")
     for (shape, dtype), d in data.items():
         a = ANCHORS.get((shape, dtype), {})
@@ -61,7 +61,9 @@ def main():
         peer = " / ".join(f"{n / a[f'pp{n}'] * 1e3:.1f}" if f"pp{n}" in a else "—" for n in (512, 1024, 4096))
         tg = d["tg"].get(128)
         tg_s = f"{tg:,.0f}" if tg else "—"
+        peer_par = a.get("par", {})
         par = "; ".join(f"{s}: {r['wall']:,.0f} / {r['phase']:,.0f} ({step})"
+                        + (f" [llama.cpp {peer_par[s]:,}]" if s in peer_par else "")
                         for (s, step), r in sorted(d["par"].items()))
         print(f"| {shape} | {dtype} | {ttft} | {peer} | {tg_s} / {a.get('tg128', '—')} | {par} |")
     q = data.get(("qwen2.5-0.5b", "bf16"))
