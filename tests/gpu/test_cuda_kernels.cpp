@@ -132,6 +132,73 @@ TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
   }
 }
 
+// Sets the most slices of k (WICK_CUDA_KW_MAX) for a scope.
+struct KwMax {
+  int was = cuda::kw_max();
+  explicit KwMax(int kw) { cuda::set_kw_max(kw); }
+  ~KwMax() { cuda::set_kw_max(was); }
+};
+
+// More or fewer slices of k on the few-row matrices (WICK_CUDA_KW_MAX 8 or
+// 32; at 32 a CTA has up to 32 warps, fewer where a kernel's registers do
+// not allow them): the CPU's values, and the same bits from 1, 5 and 16 rows
+// (the decode kernel) as from 100 (the tiled one), plain and gate/up.
+TEST(CudaMatmul, SliceCountsKeepValuesAndBits) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend(false);
+  std::mt19937 rng(23);
+  const int64_t n_rows = 100;
+  for (int kw : {8, 32}) {
+    KwMax scope(kw);
+    for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+      for (int64_t n_in : {int64_t(2304), int64_t(4864)})
+        for (int64_t n_out : {int64_t(37), int64_t(896)}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " kw max " + std::to_string(kw) + " n_in " +
+                       std::to_string(n_in) + " n_out " + std::to_string(n_out));
+          auto wb = random_weight(t, n_out, n_in, rng), ub = random_weight(t, n_out, n_in, rng);
+          const Weight host{t, n_out, n_in, wb.data()};
+          const Weight w = be->prepare_matrix(host),
+                       u = be->prepare_matrix(Weight{t, n_out, n_in, ub.data()});
+          auto x = randn(size_t(n_rows * n_in), rng);
+          Buffer dx = to_device(*be, x.data(), x.size() * 4);
+          Buffer dy = be->alloc(size_t(n_rows * n_out) * 4),
+                 dg = be->alloc(size_t(n_rows * n_out) * 4),
+                 du = be->alloc(size_t(n_rows * n_out) * 4);
+          be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+          be->matmul_gate_up(w, u, dx.as<float>(), n_rows, dg.as<float>(), du.as<float>());
+          auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
+          auto gated = to_host<float>(*be, dg, size_t(n_rows * n_out));
+          std::vector<float> row(static_cast<size_t>(n_in));
+          for (int64_t o : {int64_t(0), n_out / 2, n_out - 1}) {
+            dequantize_row_ref(t, host.row(o), row.data(), n_in);
+            for (int64_t r : {0, 57, 99}) {
+              double ref = 0, mag = 0;
+              for (int64_t i = 0; i < n_in; ++i) {
+                const double p = double(row[size_t(i)]) * x[size_t(r * n_in + i)];
+                ref += p;
+                mag += std::fabs(p);
+              }
+              EXPECT_LE(std::fabs(y[size_t(r * n_out + o)] - ref) / (mag + 1e-30), 8e-3)
+                  << "row " << r << " col " << o;
+            }
+          }
+          for (int64_t m : {1, 5, 16}) {
+            Buffer d1 = be->alloc(size_t(m * n_out) * 4), g1 = be->alloc(size_t(m * n_out) * 4),
+                   u1 = be->alloc(size_t(m * n_out) * 4);
+            be->matmul(w, dx.as<float>() + 50 * n_in, m, d1.as<float>());
+            be->matmul_gate_up(w, u, dx.as<float>() + 50 * n_in, m, g1.as<float>(), u1.as<float>());
+            const auto y1 = to_host<float>(*be, d1, size_t(m * n_out)),
+                       gated1 = to_host<float>(*be, g1, size_t(m * n_out));
+            for (int64_t i = 0; i < m * n_out; ++i) {
+              ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)]) << m << " rows, at " << i;
+              ASSERT_EQ(gated1[size_t(i)], gated[size_t(50 * n_out + i)])
+                  << "gate/up, " << m << " rows, at " << i;
+            }
+          }
+        }
+  }
+}
+
 // q, k, v in one launch and gate/up with SiLU fused equal the separate products, bit for bit.
 TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
   WICK_REQUIRE_GPU();
@@ -191,13 +258,16 @@ TEST(CudaMatmulFused, AddRmsnormInTheLastCtaEqualsTwoKernels) {
   std::mt19937 rng(12);
   const float eps = 1e-6f;
   for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
-    for (auto [n, n_in] : {std::pair<int64_t, int64_t>{64, 512},
-                           {200, 512},
-                           {896, 512},
-                           {1000, 1024},
-                           {2048, 1024}}) {
+    for (auto [n, n_in, kw] : {std::tuple<int64_t, int64_t, int>{64, 512, 16},
+                               {200, 512, 16},
+                               {896, 512, 16},
+                               {1000, 1024, 16},
+                               {2048, 1024, 16},
+                               {896, 4864, 32},  // Qwen2.5-0.5B's down at 32 slices
+                               {2048, 2048, 32}}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " n_in " +
-                   std::to_string(n_in));
+                   std::to_string(n_in) + " kw max " + std::to_string(kw));
+      KwMax scope(kw);
       auto wb = random_weight(t, n, n_in, rng);
       const Weight w = be->prepare_matrix(Weight{t, n, n_in, wb.data()});
       for (int64_t M : {1, 2}) {
@@ -546,111 +616,117 @@ TEST(CudaKv, RopeAndWriteMatchCpu) {
 TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
   WICK_REQUIRE_GPU();
   std::mt19937 rng(9);
-  const int64_t D = 256, n_head = 4, n_head_kv = 2, bs = 16;
-  for (bool f32_cache : {false, true}) {
-    auto be = cuda_backend(f32_cache);
-    for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
-      for (int64_t hd : {64, 128})
-        for (int64_t n_rows : {1, 5, 16, 20})
-          for (bool pre_rope : {false, true}) {
-            const int64_t q_dim = n_head * hd, kv_dim = n_head_kv * hd;
-            SCOPED_TRACE(std::string(dtype_name(t)) + " hd " + std::to_string(hd) + " rows " +
-                         std::to_string(n_rows) + (pre_rope ? " pre-rope" : "") +
-                         (f32_cache ? " f32 cache" : ""));
-            std::vector<std::vector<uint8_t>> bytes;
-            std::vector<Weight> w;
-            for (int64_t n_out : {q_dim, kv_dim, kv_dim}) {
-              bytes.push_back(random_weight(t, n_out, D, rng));
-              w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
-            }
-            // two sequences, tokens interleaved, at scattered positions
-            Batch b;
-            b.block_tables = {{5, 2, 7, 0}, {1, 6, 3, 4}};
-            for (int64_t i = 0; i < n_rows; ++i)
-              b.add(1, int32_t(3 * (i / 2) + 7 * (i % 2)), int32_t(i % 2), false);
-            b.finish(int32_t(bs));
-            const BatchArgs a = be->upload(b);
-            std::vector<float> inv(static_cast<size_t>(hd / 2));
-            for (int64_t i = 0; i < hd / 2; ++i)
-              inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
-            Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
-            const AttnShape shape{n_head, n_head_kv, hd, 0, dinv.as<float>()};
-            auto x = randn(size_t(n_rows * D), rng);
-            Buffer dx = to_device(*be, x.data(), x.size() * 4);
-            std::vector<Buffer> biases;
-            const float* bias[3] = {nullptr, nullptr, nullptr};
-            if (t == DType::BF16)  // Qwen2's q/k/v biases
-              for (int j = 0; j < 3; ++j) {
-                auto bv = randn(size_t(w[size_t(j)].n_out), rng);
-                biases.push_back(to_device(*be, bv.data(), bv.size() * 4));
-                bias[j] = biases.back().as<float>();
+  const int64_t n_head = 4, n_head_kv = 2, bs = 16;
+  // rows of 256 at the default slices, and of 2,048 at 32 (WICK_CUDA_KW_MAX)
+  for (auto [D, kw] : {std::pair<int64_t, int>{256, 16}, {2048, 32}})
+    for (bool f32_cache : {false, true}) {
+      KwMax scope(kw);
+      auto be = cuda_backend(f32_cache);
+      for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
+        for (int64_t hd : {64, 128})
+          for (int64_t n_rows : {1, 5, 16, 20})
+            for (bool pre_rope : {false, true}) {
+              const int64_t q_dim = n_head * hd, kv_dim = n_head_kv * hd;
+              SCOPED_TRACE(std::string(dtype_name(t)) + " D " + std::to_string(D) + " hd " +
+                           std::to_string(hd) + " rows " + std::to_string(n_rows) +
+                           (pre_rope ? " pre-rope" : "") + (f32_cache ? " f32 cache" : ""));
+              std::vector<std::vector<uint8_t>> bytes;
+              std::vector<Weight> w;
+              for (int64_t n_out : {q_dim, kv_dim, kv_dim}) {
+                bytes.push_back(random_weight(t, n_out, D, rng));
+                w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
               }
-            const Weight* ws[3] = {&w[0], &w[1], &w[2]};
-            struct Out {
-              Buffer q, k, v;
-              std::unique_ptr<KvStore> kv;
-            };
-            auto fresh = [&] {
-              Out o{be->alloc(size_t(n_rows * q_dim) * 4), be->alloc(size_t(n_rows * kv_dim) * 4),
-                    be->alloc(size_t(n_rows * kv_dim) * 4),
-                    be->make_kv(1, 8, bs, kv_dim, pre_rope)};
-              const size_t cache_bytes = o.kv->layer_bytes();
-              const std::vector<uint8_t> zero(cache_bytes, 0);
-              be->copy_to_device(o.kv->k.data(), zero.data(), cache_bytes);
-              be->copy_to_device(o.kv->v.data(), zero.data(), cache_bytes);
-              return o;
-            };
-            auto same = [&](const Out& want, const Out& got, const char* how) {
-              EXPECT_EQ(to_host<float>(*be, got.q, size_t(n_rows * q_dim)),
-                        to_host<float>(*be, want.q, size_t(n_rows * q_dim)))
-                  << how << ": q";
-              EXPECT_EQ(to_host<float>(*be, got.k, size_t(n_rows * kv_dim)),
-                        to_host<float>(*be, want.k, size_t(n_rows * kv_dim)))
-                  << how << ": k";
-              EXPECT_EQ(to_host<float>(*be, got.v, size_t(n_rows * kv_dim)),
-                        to_host<float>(*be, want.v, size_t(n_rows * kv_dim)))
-                  << how << ": v";
-              const size_t n = want.kv->layer_bytes();
-              EXPECT_EQ(to_host<uint8_t>(*be, got.kv->k, n), to_host<uint8_t>(*be, want.kv->k, n))
-                  << how << ": K cache";
-              EXPECT_EQ(to_host<uint8_t>(*be, got.kv->v, n), to_host<uint8_t>(*be, want.kv->v, n))
-                  << how << ": V cache";
-            };
-            // the reference: two kernels
-            Out sep = fresh();
-            float* so[3] = {sep.q.as<float>(), sep.k.as<float>(), sep.v.as<float>()};
-            be->matmul_qkv(ws, bias, dx.as<float>(), n_rows, so);
-            be->rope_kv_write(so[0], so[1], so[2], *sep.kv, 0, a, shape, dinv.as<float>());
-            // the fused kernel itself: it must take every batch of up to 16 rows
-            Out fused = fresh();
-            cuda::MatmulJob jobs[3];
-            jobs[0] = {static_cast<const cuda::GpuWeight*>(w[0].aux), fused.q.as<float>(), bias[0]};
-            jobs[1] = {static_cast<const cuda::GpuWeight*>(w[1].aux), fused.k.as<float>(), bias[1]};
-            jobs[2] = {static_cast<const cuda::GpuWeight*>(w[2].aux), fused.v.as<float>(), bias[2]};
-            cuda::RopeKv r;
-            r.pos = a.rope_pos;
-            r.slots = a.slots;
-            r.inv_freq = dinv.as<float>();
-            r.k_cache = fused.kv->k_layer<void>(0);
-            r.v_cache = fused.kv->v_layer<void>(0);
-            r.cache_f16 = fused.kv->dtype == DType::F16;
-            r.rotate_k = !pre_rope;
-            r.head_dim = int(hd);
-            be->sync();
-            cudaStream_t st = nullptr;
-            ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
-            const bool took = cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, st);
-            ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-            cudaStreamDestroy(st);
-            EXPECT_EQ(took, n_rows <= 16);
-            if (took) same(sep, fused, "fused kernel");
-            // the backend's entry point (fused or not)
-            Out via = fresh();
-            float* vo[3] = {via.q.as<float>(), via.k.as<float>(), via.v.as<float>()};
-            be->qkv_rope_kv_write(ws, bias, dx.as<float>(), vo, *via.kv, 0, a, shape);
-            same(sep, via, "qkv_rope_kv_write");
-          }
-  }
+              // two sequences, tokens interleaved, at scattered positions
+              Batch b;
+              b.block_tables = {{5, 2, 7, 0}, {1, 6, 3, 4}};
+              for (int64_t i = 0; i < n_rows; ++i)
+                b.add(1, int32_t(3 * (i / 2) + 7 * (i % 2)), int32_t(i % 2), false);
+              b.finish(int32_t(bs));
+              const BatchArgs a = be->upload(b);
+              std::vector<float> inv(static_cast<size_t>(hd / 2));
+              for (int64_t i = 0; i < hd / 2; ++i)
+                inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+              Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
+              const AttnShape shape{n_head, n_head_kv, hd, 0, dinv.as<float>()};
+              auto x = randn(size_t(n_rows * D), rng);
+              Buffer dx = to_device(*be, x.data(), x.size() * 4);
+              std::vector<Buffer> biases;
+              const float* bias[3] = {nullptr, nullptr, nullptr};
+              if (t == DType::BF16)  // Qwen2's q/k/v biases
+                for (int j = 0; j < 3; ++j) {
+                  auto bv = randn(size_t(w[size_t(j)].n_out), rng);
+                  biases.push_back(to_device(*be, bv.data(), bv.size() * 4));
+                  bias[j] = biases.back().as<float>();
+                }
+              const Weight* ws[3] = {&w[0], &w[1], &w[2]};
+              struct Out {
+                Buffer q, k, v;
+                std::unique_ptr<KvStore> kv;
+              };
+              auto fresh = [&] {
+                Out o{be->alloc(size_t(n_rows * q_dim) * 4), be->alloc(size_t(n_rows * kv_dim) * 4),
+                      be->alloc(size_t(n_rows * kv_dim) * 4),
+                      be->make_kv(1, 8, bs, kv_dim, pre_rope)};
+                const size_t cache_bytes = o.kv->layer_bytes();
+                const std::vector<uint8_t> zero(cache_bytes, 0);
+                be->copy_to_device(o.kv->k.data(), zero.data(), cache_bytes);
+                be->copy_to_device(o.kv->v.data(), zero.data(), cache_bytes);
+                return o;
+              };
+              auto same = [&](const Out& want, const Out& got, const char* how) {
+                EXPECT_EQ(to_host<float>(*be, got.q, size_t(n_rows * q_dim)),
+                          to_host<float>(*be, want.q, size_t(n_rows * q_dim)))
+                    << how << ": q";
+                EXPECT_EQ(to_host<float>(*be, got.k, size_t(n_rows * kv_dim)),
+                          to_host<float>(*be, want.k, size_t(n_rows * kv_dim)))
+                    << how << ": k";
+                EXPECT_EQ(to_host<float>(*be, got.v, size_t(n_rows * kv_dim)),
+                          to_host<float>(*be, want.v, size_t(n_rows * kv_dim)))
+                    << how << ": v";
+                const size_t n = want.kv->layer_bytes();
+                EXPECT_EQ(to_host<uint8_t>(*be, got.kv->k, n), to_host<uint8_t>(*be, want.kv->k, n))
+                    << how << ": K cache";
+                EXPECT_EQ(to_host<uint8_t>(*be, got.kv->v, n), to_host<uint8_t>(*be, want.kv->v, n))
+                    << how << ": V cache";
+              };
+              // the reference: two kernels
+              Out sep = fresh();
+              float* so[3] = {sep.q.as<float>(), sep.k.as<float>(), sep.v.as<float>()};
+              be->matmul_qkv(ws, bias, dx.as<float>(), n_rows, so);
+              be->rope_kv_write(so[0], so[1], so[2], *sep.kv, 0, a, shape, dinv.as<float>());
+              // the fused kernel itself: it must take every batch of up to 16 rows
+              Out fused = fresh();
+              cuda::MatmulJob jobs[3];
+              jobs[0] = {static_cast<const cuda::GpuWeight*>(w[0].aux), fused.q.as<float>(),
+                         bias[0]};
+              jobs[1] = {static_cast<const cuda::GpuWeight*>(w[1].aux), fused.k.as<float>(),
+                         bias[1]};
+              jobs[2] = {static_cast<const cuda::GpuWeight*>(w[2].aux), fused.v.as<float>(),
+                         bias[2]};
+              cuda::RopeKv r;
+              r.pos = a.rope_pos;
+              r.slots = a.slots;
+              r.inv_freq = dinv.as<float>();
+              r.k_cache = fused.kv->k_layer<void>(0);
+              r.v_cache = fused.kv->v_layer<void>(0);
+              r.cache_f16 = fused.kv->dtype == DType::F16;
+              r.rotate_k = !pre_rope;
+              r.head_dim = int(hd);
+              be->sync();
+              cudaStream_t st = nullptr;
+              ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+              const bool took = cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, st);
+              ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+              cudaStreamDestroy(st);
+              EXPECT_EQ(took, n_rows <= 16);
+              if (took) same(sep, fused, "fused kernel");
+              // the backend's entry point (fused or not)
+              Out via = fresh();
+              float* vo[3] = {via.q.as<float>(), via.k.as<float>(), via.v.as<float>()};
+              be->qkv_rope_kv_write(ws, bias, dx.as<float>(), vo, *via.kv, 0, a, shape);
+              same(sep, via, "qkv_rope_kv_write");
+            }
+    }
 }
 
 // K/V deviations from the cache's rows: written K/V deviate by 0 (the new

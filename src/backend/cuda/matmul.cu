@@ -316,36 +316,8 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   }
 }
 
-// Slices of k per output element: a function of the weight's shape alone.
-// Matrices with few rows (q, k, v, o, down) take more slices, so that a
-// decode step has enough warps in flight to stream them at full bandwidth.
-int kw_for(const GpuWeight& w) {
-  const int n_chunks = w.k_pad / k_chunk(w.fmt);
-  if (w.n_out <= 2048) return std::min(16, std::max(4, n_chunks / 2));
-  return n_chunks >= 64 ? 8 : 4;
-}
-
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
-void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
-  const int nacc = GATED ? 2 : 1;
-  // (NORM reuses the slices' tiles for its 33 sums: kw >= 4 tiles of 128)
-  const size_t smem = (size_t(p.kw) * nacc + (ROPE ? 1 : 0)) * 16 * MT * 8 * NT * sizeof(float);
-  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM>;
-  static bool raised = false;  // per instantiation: allow up to 160 KiB of shared memory
-  if (!raised) {
-    WICK_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
-    raised = true;
-  }
-  // up to 16 warps for the small decode tiles, 8 for the register-heavy larger ones
-  const int n_warps = std::min(p.kw, MT == 1 ? 16 : 8);
-  launch_early(kernel, dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), dim3(n_warps * 32), smem, st,
-               p);
-}
-
-// Decode tiles of tall 16-bit matrices (the output head): WICK_CUDA_TALL_NT
-// 8-row tiles per warp (1, 2 or 4) from WICK_CUDA_TALL_ROWS rows. For
-// measuring: a tile shape never changes the reduction order.
+// A positive integer from the environment (unset: fallback), one of `allowed`
+// when given.
 int env_int(const char* name, int fallback, std::initializer_list<int> allowed = {}) {
   const char* v = std::getenv(name);
   if (!v) return fallback;
@@ -364,6 +336,45 @@ bool env_flag(const char* name, bool fallback) {
     throw std::invalid_argument(std::string(name) + ": invalid value '" + v + "' (0 or 1)");
   return std::string(v) == "1";
 }
+
+// The most slices a weight of few rows takes (WICK_CUDA_KW_MAX; tests set
+// it). 0: the environment not read yet.
+std::atomic<int> g_kw_max{0};
+
+// Slices of k per output element: a function of the weight's shape alone.
+// Matrices with few rows (q, k, v, o, down) take more slices, so that a
+// decode step has enough warps in flight to stream them at full bandwidth.
+int kw_for(const GpuWeight& w) {
+  const int n_chunks = w.k_pad / k_chunk(w.fmt);
+  if (w.n_out <= 2048) return std::min(kw_max(), std::max(4, n_chunks / 2));
+  return n_chunks >= 64 ? 8 : 4;
+}
+
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
+void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
+  const int nacc = GATED ? 2 : 1;
+  // (NORM reuses the slices' tiles for its 33 sums: kw >= 4 tiles of 128)
+  const size_t smem = (size_t(p.kw) * nacc + (ROPE ? 1 : 0)) * 16 * MT * 8 * NT * sizeof(float);
+  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM>;
+  // per instantiation, once: up to 160 KiB of shared memory, and the most
+  // warps a CTA can have with this kernel's registers
+  static const int max_warps = [&] {
+    WICK_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    cudaFuncAttributes a{};
+    WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    return std::max(1, a.maxThreadsPerBlock / 32);
+  }();
+  // a warp a slice for the small decode tiles (a warp takes several slices
+  // past 32 or past what its registers allow), 8 for the larger ones
+  const int n_warps = std::min({p.kw, MT == 1 ? 32 : 8, max_warps});
+  launch_early(kernel, dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), dim3(n_warps * 32), smem, st,
+               p);
+}
+
+// Decode tiles of tall 16-bit matrices (the output head): WICK_CUDA_TALL_NT
+// 8-row tiles per warp (1, 2 or 4) from WICK_CUDA_TALL_ROWS rows. For
+// measuring: a tile shape never changes the reduction order.
 int decode_tall_nt() {
   static const int nt = env_int("WICK_CUDA_TALL_NT", 4, {1, 2, 4});
   return nt;
@@ -563,6 +574,19 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
   // the epilogue takes one element a thread: 128 threads at least (kw >= 4)
   if (std::min(p.kw, 16) < 4) return false;
   return launch_fused<true, false>(p, n_tiles, st);
+}
+
+int kw_max() {
+  if (g_kw_max.load() == 0) {
+    int unread = 0;
+    g_kw_max.compare_exchange_strong(unread, env_int("WICK_CUDA_KW_MAX", 16, {8, 16, 32}));
+  }
+  return g_kw_max.load();
+}
+
+void set_kw_max(int kw) {
+  if (kw != 8 && kw != 16 && kw != 32) throw std::invalid_argument("set_kw_max: 8, 16 or 32");
+  g_kw_max = kw;
 }
 
 void set_fuse_norm(bool on) {
