@@ -3,7 +3,7 @@
 // (tests/python/ref_forward.py, itself checked on the tiny llama fixture).
 #include <gtest/gtest.h>
 
-#include <ranges>
+#include <sstream>
 
 #include "helpers.h"
 
@@ -22,8 +22,8 @@ TEST(SmolLM2, LogitsMatchNumpyReference) {
   EXPECT_EQ(m->config.arch, Arch::Llama);
   EXPECT_EQ(m->config.n_layer, 30);
   std::vector<int32_t> ids;
-  for (auto s : std::string(WICK_SMOLLM2_IDS) | std::views::split(','))
-    ids.push_back(std::stoi(std::string(s.begin(), s.end())));
+  std::istringstream list(WICK_SMOLLM2_IDS);
+  for (std::string s; std::getline(list, s, ',');) ids.push_back(std::stoi(s));
   auto got = run_all_logits(*m, ids);
   auto want = read_f32(ref);
   ASSERT_EQ(got.size(), want.size());

@@ -44,10 +44,9 @@ void apply_env() {
   }
 }
 
-namespace {
-
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> ids;
+std::vector<int32_t> parse_int_list(const std::string& s, const std::string& flag,
+                                    const char* what) {
+  std::vector<int32_t> out;
   size_t i = 0;
   while (i < s.size()) {
     size_t j = s.find(',', i);
@@ -56,13 +55,15 @@ std::vector<int32_t> parse_ids(const std::string& s) {
     char* end = nullptr;
     long v = std::strtol(tok.c_str(), &end, 10);
     if (tok.empty() || *end || v < 0 || v > INT32_MAX)
-      throw std::runtime_error(fmt::format("--ids: '{}' is not a token id", tok));
-    ids.push_back(int32_t(v));
+      throw std::runtime_error(fmt::format("{}: '{}' is not {}", flag, tok, what));
+    out.push_back(int32_t(v));
     i = j + 1;
   }
-  if (ids.empty()) throw std::runtime_error("--ids: no token ids given");
-  return ids;
+  if (out.empty()) throw std::runtime_error(fmt::format("{}: the list is empty", flag));
+  return out;
 }
+
+namespace {
 
 // A batch of one sequence at positions [start, start + n) in a contiguous cache.
 Batch one_seq_batch(const int32_t* ids, int64_t n, int64_t start, bool all_logits) {
@@ -146,7 +147,7 @@ void register_logits(CLI::App& app) {
   cmd->add_flag("--json", as_json, "print JSON (the only output format)");
   add_device_options(cmd);
   cmd->callback([] {
-    auto ids = parse_ids(ids_str);
+    auto ids = parse_int_list(ids_str, "--ids", "a token id");
     auto m = load_on_device(path);
     const ModelConfig& c = m->config();
     const int64_t n = int64_t(ids.size());
@@ -317,7 +318,8 @@ void register_bench(CLI::App& app) {
   add_device_options(cmd);
   cmd->callback([] {
     std::vector<int> pp_sizes;
-    for (auto& n : prompts == "0" ? std::vector<int32_t>{} : parse_ids(prompts))
+    for (auto& n :
+         prompts == "0" ? std::vector<int32_t>{} : parse_int_list(prompts, "-p", "a prompt size"))
       pp_sizes.push_back(n <= (1 << 20) ? n : throw std::runtime_error("-p: at most 1048576"));
     const int n_prompt = pp_sizes.empty() ? 0 : pp_sizes.front();
     if (!parallel.empty() || prefix_ttft > 0) {
@@ -325,12 +327,14 @@ void register_bench(CLI::App& app) {
       json results = json::array();
       if (!parallel.empty()) {
         std::vector<int> ns;
-        for (auto& id : parse_ids(parallel))
+        for (auto& id : parse_int_list(parallel, "--parallel", "a count"))
           ns.push_back(id > 0 ? id
                               : throw std::runtime_error("--parallel: counts must be positive"));
         std::vector<int> budgets{0};
         if (!batch_tokens.empty()) budgets.clear();
-        for (auto& n : batch_tokens.empty() ? std::vector<int32_t>{} : parse_ids(batch_tokens))
+        for (auto& n : batch_tokens.empty()
+                           ? std::vector<int32_t>{}
+                           : parse_int_list(batch_tokens, "--max-batch-tokens", "a token count"))
           budgets.push_back(n > 0 && n <= (1 << 20)
                                 ? n
                                 : throw std::runtime_error("--max-batch-tokens: 1 to 1048576"));

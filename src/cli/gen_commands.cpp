@@ -6,7 +6,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <ranges>
 
 #include "cli/commands.h"
 #include "cli/device_options.h"
@@ -204,14 +203,7 @@ void register_generate(CLI::App& app) {
     std::vector<int32_t> ids;
     std::vector<std::pair<int32_t, int32_t>> spans;
     if (!prompt_ids.empty()) {
-      for (auto part : std::views::split(prompt_ids, ',')) {
-        std::string s(part.begin(), part.end());
-        char* end = nullptr;
-        long v = std::strtol(s.c_str(), &end, 10);
-        if (s.empty() || *end || v < 0 || v > INT32_MAX)
-          throw std::runtime_error(fmt::format("--prompt-ids: '{}' is not a token id", s));
-        ids.push_back(int32_t(v));
-      }
+      ids = parse_int_list(prompt_ids, "--prompt-ids", "a token id");
     } else {
       if (!m->tokenizer)
         throw std::runtime_error(m->name + ": the model has no tokenizer (use --prompt-ids)");

@@ -4,7 +4,6 @@
 // the CPU's, and a tensor-by-tensor comparison with the CPU through the
 // trace hook (printed, to point at the first kernel that drifts).
 #include <cstdio>
-#include <ranges>
 
 #include "backend/cuda/kernels.h"
 #include "engine/engine.h"
