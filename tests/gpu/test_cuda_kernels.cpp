@@ -139,16 +139,16 @@ struct KwMax {
   ~KwMax() { cuda::set_kw_max(was); }
 };
 
-// More or fewer slices of k on the few-row matrices (WICK_CUDA_KW_MAX 8 or
-// 32; at 32 a CTA has up to 32 warps, fewer where a kernel's registers do
-// not allow them): the CPU's values, and the same bits from 1, 5 and 16 rows
+// More or fewer slices of k on the few-row matrices (WICK_CUDA_KW_MAX 8, 24
+// or 32; a CTA has a warp a slice, fewer where a kernel's registers do not
+// allow them): the CPU's values, and the same bits from 1, 5 and 16 rows
 // (the decode kernel) as from 100 (the tiled one), plain and gate/up.
 TEST(CudaMatmul, SliceCountsKeepValuesAndBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);
   std::mt19937 rng(23);
   const int64_t n_rows = 100;
-  for (int kw : {8, 32}) {
+  for (int kw : {8, 24, 32}) {
     KwMax scope(kw);
     for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K})
       for (int64_t n_in : {int64_t(2304), int64_t(4864)})

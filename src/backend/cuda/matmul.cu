@@ -579,13 +579,16 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
 int kw_max() {
   if (g_kw_max.load() == 0) {
     int unread = 0;
-    g_kw_max.compare_exchange_strong(unread, env_int("WICK_CUDA_KW_MAX", 16, {8, 16, 32}));
+    const int kw = env_int("WICK_CUDA_KW_MAX", 16);
+    if (kw < 4 || kw > 32)
+      throw std::invalid_argument("WICK_CUDA_KW_MAX: 4 to 32, not " + std::to_string(kw));
+    g_kw_max.compare_exchange_strong(unread, kw);
   }
   return g_kw_max.load();
 }
 
 void set_kw_max(int kw) {
-  if (kw != 8 && kw != 16 && kw != 32) throw std::invalid_argument("set_kw_max: 8, 16 or 32");
+  if (kw < 4 || kw > 32) throw std::invalid_argument("set_kw_max: 4 to 32");
   g_kw_max = kw;
 }
 
