@@ -46,21 +46,19 @@ void apply_env() {
 
 std::vector<int32_t> parse_int_list(const std::string& s, const std::string& flag,
                                     const char* what) {
+  if (s.empty()) throw std::runtime_error(fmt::format("{}: the list is empty", flag));
   std::vector<int32_t> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    std::string tok = s.substr(i, j - i);
+  for (size_t i = 0;;) {  // every item, an empty one ("1,,2", "1,") included
+    const size_t j = s.find(',', i);
+    const std::string tok = s.substr(i, j == std::string::npos ? j : j - i);
     char* end = nullptr;
-    long v = std::strtol(tok.c_str(), &end, 10);
+    const long v = std::strtol(tok.c_str(), &end, 10);
     if (tok.empty() || *end || v < 0 || v > INT32_MAX)
       throw std::runtime_error(fmt::format("{}: '{}' is not {}", flag, tok, what));
     out.push_back(int32_t(v));
+    if (j == std::string::npos) return out;
     i = j + 1;
   }
-  if (out.empty()) throw std::runtime_error(fmt::format("{}: the list is empty", flag));
-  return out;
 }
 
 namespace {
