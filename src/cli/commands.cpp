@@ -320,24 +320,23 @@ void register_bench(CLI::App& app) {
          prompts == "0" ? std::vector<int32_t>{} : parse_int_list(prompts, "-p", "a prompt size"))
       pp_sizes.push_back(n <= (1 << 20) ? n : throw std::runtime_error("-p: at most 1048576"));
     const int n_prompt = pp_sizes.empty() ? 0 : pp_sizes.front();
-    if (!parallel.empty() || prefix_ttft > 0) {
+    // the lists before the model, so that a typo fails at once
+    std::vector<int> ns;
+    for (auto& id : parallel.empty() ? std::vector<int32_t>{}
+                                     : parse_int_list(parallel, "--parallel", "a count"))
+      ns.push_back(id > 0 ? id : throw std::runtime_error("--parallel: counts must be positive"));
+    std::vector<int> budgets{0};
+    if (!batch_tokens.empty()) budgets.clear();
+    for (auto& n : batch_tokens.empty()
+                       ? std::vector<int32_t>{}
+                       : parse_int_list(batch_tokens, "--max-batch-tokens", "a token count"))
+      budgets.push_back(n > 0 && n <= (1 << 20)
+                            ? n
+                            : throw std::runtime_error("--max-batch-tokens: 1 to 1048576"));
+    if (!ns.empty() || prefix_ttft > 0) {
       auto m = ModelPool::global().get(path);
       json results = json::array();
-      if (!parallel.empty()) {
-        std::vector<int> ns;
-        for (auto& id : parse_int_list(parallel, "--parallel", "a count"))
-          ns.push_back(id > 0 ? id
-                              : throw std::runtime_error("--parallel: counts must be positive"));
-        std::vector<int> budgets{0};
-        if (!batch_tokens.empty()) budgets.clear();
-        for (auto& n : batch_tokens.empty()
-                           ? std::vector<int32_t>{}
-                           : parse_int_list(batch_tokens, "--max-batch-tokens", "a token count"))
-          budgets.push_back(n > 0 && n <= (1 << 20)
-                                ? n
-                                : throw std::runtime_error("--max-batch-tokens: 1 to 1048576"));
-        bench_parallel(m, ns, budgets, n_prompt, n_gen, as_json, results);
-      }
+      if (!ns.empty()) bench_parallel(m, ns, budgets, n_prompt, n_gen, as_json, results);
       if (prefix_ttft > 0) bench_prefix_ttft(m, prefix_ttft, as_json, results);
       if (as_json)
         fmt::print(
