@@ -4,6 +4,8 @@
 #   fuzz/run_fuzz.sh BUILD_DIR SECONDS [TARGET...]   (make fuzz FUZZ_SECONDS=N)
 # A crashing input is left in BUILD_DIR/fuzz-artifacts/TARGET/; copy it to
 # fuzz/regressions/TARGET/ once fixed (make fuzz replays those first).
+# Targets run FUZZ_JOBS at a time (default: the number of cores; each is one
+# process on one core).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$1"
@@ -15,22 +17,21 @@ python3 "$here/make_seeds.py" "$build/fuzz-seeds" >/dev/null
 declare -A max_len=([gguf]=65536 [safetensors]=16384 [tokenizer]=32768 [jinja]=8192
   [request]=16384 [detokenizer]=4096)
 declare -A dict=([safetensors]=json [tokenizer]=json [request]=json [jinja]=jinja)
-status=0
-for t in "${targets[@]}"; do
-  bin="$build/bin/fuzz_$t"
-  corpus="$build/fuzz-corpus/$t"
-  arts="$build/fuzz-artifacts/$t"
+# One target: its regressions, then SECONDS of fuzzing; one summary line, exit 1 on a failure.
+fuzz_one() {
+  local t="$1"
+  local bin="$build/bin/fuzz_$t" corpus="$build/fuzz-corpus/$t" arts="$build/fuzz-artifacts/$t"
   mkdir -p "$corpus" "$arts"
   # the inputs that once crashed must pass before new ones are looked for
   if [ -d "$here/regressions/$t" ] &&
     ! "$bin" -runs=0 "$here/regressions/$t" >"$build/fuzz-$t.log" 2>&1; then
     echo "fuzz_$t: a regression input fails again (see $build/fuzz-$t.log)"
-    status=1
-    continue
+    return 1
   fi
-  opts=(-max_total_time="$seconds" -max_len="${max_len[$t]}" -timeout=20 -rss_limit_mb=2560
+  local opts=(-max_total_time="$seconds" -max_len="${max_len[$t]}" -timeout=20 -rss_limit_mb=2560
     -artifact_prefix="$arts/" -print_final_stats=1)
   [ -n "${dict[$t]:-}" ] && opts+=(-dict="$here/dict/${dict[$t]}.dict")
+  local start rc took execs crashes
   start=$(date +%s)
   "$bin" "${opts[@]}" "$corpus" "$build/fuzz-seeds/$t" >"$build/fuzz-$t.log" 2>&1
   rc=$?
@@ -39,6 +40,19 @@ for t in "${targets[@]}"; do
   # slow-unit-* files are inputs slower than 10 s, kept for a look; not failures
   crashes=$(find "$arts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   echo "fuzz_$t: ${took}s, ${execs:-?} executions, corpus $(ls "$corpus" | wc -l), rc $rc, $crashes crashing inputs in $arts"
-  [ $rc -eq 0 ] || status=1
+  [ $rc -eq 0 ]
+}
+
+jobs_max="${FUZZ_JOBS:-$(nproc)}"
+declare -A pid_of
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  fuzz_one "$t" >"$build/fuzz-$t.summary" &
+  pid_of[$t]=$!
+done
+status=0
+for t in "${targets[@]}"; do
+  wait "${pid_of[$t]}" || status=1
+  cat "$build/fuzz-$t.summary"
 done
 exit $status
