@@ -44,6 +44,10 @@ fuzz_one() {
 }
 
 jobs_max="${FUZZ_JOBS:-$(nproc)}"
+if ! [[ "$jobs_max" =~ ^[1-9][0-9]*$ ]]; then
+  echo "FUZZ_JOBS=$jobs_max: expected a whole number of targets at once, 1 or more" >&2
+  exit 2
+fi
 declare -A pid_of
 for t in "${targets[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
