@@ -3,11 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/model_pool.h"
 
 namespace wick::test {
 
@@ -22,6 +26,23 @@ inline std::vector<GenerateResult> run_engine(Engine& e, const std::vector<Gener
 
 inline GenerateResult run_one(Engine& e, const GenerateRequest& r) {
   return run_engine(e, {r})[0];
+}
+
+// Each request alone, one after another, through one engine of cfg.
+inline std::vector<GenerateResult> run_one_by_one(std::shared_ptr<const LoadedModel> m,
+                                                  const EngineConfig& cfg,
+                                                  const std::vector<GenerateRequest>& reqs) {
+  Engine e(std::move(m), cfg);
+  std::vector<GenerateResult> out;
+  for (const auto& r : reqs) out.push_back(run_one(e, r));
+  return out;
+}
+
+// The default model (WICK_TEST_MODEL) from the process's pool, or nullptr.
+inline std::shared_ptr<const LoadedModel> default_model() {
+  const char* p = std::getenv("WICK_TEST_MODEL");
+  if (!p || !std::filesystem::exists(p)) return nullptr;
+  return ModelPool::global().get(p);
 }
 
 // Greedy decoding of max_tokens tokens, end-of-generation ids ignored.

@@ -9,19 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine_run.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "helpers.h"
 
 namespace wick::test {
 namespace {
-
-std::shared_ptr<const LoadedModel> default_model() {
-  const char* path = std::getenv("WICK_TEST_MODEL");
-  if (!path || !std::filesystem::exists(path)) return nullptr;
-  static auto m = load_model_and_tokenizer(path);
-  return m;
-}
 
 GenerateRequest chat(const LoadedModel& m, const std::string& question,
                      std::shared_ptr<const grammar::Grammar> g) {

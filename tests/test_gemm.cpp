@@ -22,21 +22,11 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed.h"
 #include "backend/cpu/simd.h"
+#include "kernel_cases.h"
 #include "random_weight.h"
 
 namespace wick::test {
 namespace {
-
-const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                           DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                           DType::Q4_K, DType::Q5_K, DType::Q6_K};
-const char* const kIsas[] = {"generic", "avx2", "avx512", "avx512bf16"};
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // The activations of x in the form of path `p`, as k makes them (buffers owned here).
 struct Acts {

@@ -7,6 +7,7 @@
 
 #include "engine/model_pool.h"
 #include "engine/session.h"
+#include "engine_run.h"
 #include "helpers.h"
 #include "io/error.h"
 #include "sampling/sampler.h"
@@ -175,12 +176,6 @@ TEST(Sampler, InvalidParametersNameTheField) {
 }
 
 // ---- the default model
-
-std::shared_ptr<const LoadedModel> default_model() {
-  const char* p = std::getenv("WICK_TEST_MODEL");
-  if (!p || !std::filesystem::exists(p)) return nullptr;
-  return ModelPool::global().get(p);
-}
 
 std::vector<int32_t> chat_ids(const LoadedModel& m, const nlohmann::ordered_json& messages) {
   ChatTemplate t(m.tokenizer->chat_template, "smollm2");

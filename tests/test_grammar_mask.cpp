@@ -22,7 +22,7 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-std::string utf8(uint32_t cp) {
+std::string encode_cp(uint32_t cp) {
   std::vector<uint8_t> b;
   append_utf8(cp, b);
   return std::string(b.begin(), b.end());
@@ -84,7 +84,7 @@ TEST(PlainText, ClassIsEveryCodePointFromSpaceButQuoteAndBackslash) {
   size_t n_plain = 0;
   for (uint32_t cp = 0; cp <= kMaxCodePoint; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;  // no encoding: append_utf8 would make one
-    const std::string s = utf8(cp);
+    const std::string s = encode_cp(cp);
     const bool expect = cp >= 0x20 && cp != '"' && cp != '\\';
     ASSERT_EQ(is_plain_text(s), expect) << std::hex << cp;
     for (size_t n = 1; n < s.size(); ++n)  // a token may end inside a character

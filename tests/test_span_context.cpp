@@ -246,21 +246,13 @@ std::vector<GenerateRequest> shared_ctx_requests(int64_t n_vocab, int n, uint32_
   return out;
 }
 
-std::vector<GenerateResult> run_one_by_one(std::shared_ptr<const LoadedModel> m,
-                                           const std::vector<GenerateRequest>& reqs) {
-  Engine e(m, ctx_config());
-  std::vector<GenerateResult> out;
-  for (const auto& r : reqs) out.push_back(run_one(e, r));
-  return out;
-}
-
 class SpanContextConcurrent : public SpanContextArch {};
 
 // At once, each distinct (context, document) is computed by one job; the
 // results equal one-by-one runs and every block comes back.
 TEST_P(SpanContextConcurrent, RequestsShareSpansPerContext) {
   const auto reqs = shared_ctx_requests(m_->config().n_vocab, 12, 3);
-  const auto want = run_one_by_one(m_, reqs);
+  const auto want = run_one_by_one(m_, ctx_config(), reqs);
   EngineConfig cfg = ctx_config();
   cfg.max_batch_tokens = 48;
   cfg.max_seqs = 6;
@@ -285,7 +277,7 @@ TEST_P(SpanContextConcurrent, RequestsShareSpansPerContext) {
 // others are unaffected; then under a tiny KV budget (preemption).
 TEST_P(SpanContextConcurrent, CancelledAndPreemptedRequestsReturnTheirBlocks) {
   const auto reqs = shared_ctx_requests(m_->config().n_vocab, 12, 5);
-  const auto want = run_one_by_one(m_, reqs);
+  const auto want = run_one_by_one(m_, ctx_config(), reqs);
   EngineConfig cfg = ctx_config();
   cfg.max_batch_tokens = 40;
   cfg.max_seqs = 8;

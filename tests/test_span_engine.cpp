@@ -382,14 +382,6 @@ std::vector<GenerateRequest> shared_doc_requests(int64_t n_vocab, int n, uint32_
   return out;
 }
 
-std::vector<GenerateResult> run_one_by_one(std::shared_ptr<const LoadedModel> m,
-                                           const std::vector<GenerateRequest>& reqs) {
-  Engine e(m, span_config());
-  std::vector<GenerateResult> out;
-  for (const auto& r : reqs) out.push_back(run_one(e, r));
-  return out;
-}
-
 class SpanEngineConcurrent : public SpanEngineArch {};
 
 // Many requests at once share the spans by reference: each distinct
@@ -398,7 +390,7 @@ class SpanEngineConcurrent : public SpanEngineArch {};
 TEST_P(SpanEngineConcurrent, RequestsShareSpansAndEqualOneByOneRuns) {
   std::vector<Tokens> docs;
   const auto reqs = shared_doc_requests(m_->config().n_vocab, 12, 3, docs);
-  const auto want = run_one_by_one(m_, reqs);
+  const auto want = run_one_by_one(m_, span_config(), reqs);
   EngineConfig cfg = span_config();
   cfg.max_batch_tokens = 48;  // spans, repairs, prefills and decodes over many steps
   cfg.max_seqs = 6;
@@ -422,7 +414,7 @@ TEST_P(SpanEngineConcurrent, RequestsShareSpansAndEqualOneByOneRuns) {
 TEST_P(SpanEngineConcurrent, CancelledRequestsReturnTheirBlocks) {
   std::vector<Tokens> docs;
   const auto reqs = shared_doc_requests(m_->config().n_vocab, 12, 5, docs);
-  const auto want = run_one_by_one(m_, reqs);
+  const auto want = run_one_by_one(m_, span_config(), reqs);
   EngineConfig cfg = span_config();
   cfg.max_batch_tokens = 40;
   cfg.max_seqs = 8;
@@ -455,7 +447,7 @@ TEST_P(SpanEngineConcurrent, CancelledRequestsReturnTheirBlocks) {
 TEST_P(SpanEngineConcurrent, TinyBudgetPreemptsAndStillEqualsOneByOneRuns) {
   std::vector<Tokens> docs;
   const auto reqs = shared_doc_requests(m_->config().n_vocab, 10, 9, docs);
-  const auto want = run_one_by_one(m_, reqs);
+  const auto want = run_one_by_one(m_, span_config(), reqs);
   EngineConfig cfg = span_config();
   cfg.n_blocks = 20;
   cfg.max_batch_tokens = 64;
@@ -587,12 +579,6 @@ TEST(SpanEngine, InvalidSpanRequestsAreClearErrors) {
 }
 
 // ---- the default model
-
-std::shared_ptr<const LoadedModel> default_model() {
-  const char* p = std::getenv("WICK_TEST_MODEL");
-  if (!p || !std::filesystem::exists(p)) return nullptr;
-  return ModelPool::global().get(p);
-}
 
 // The chat prompt of a question over documents, the documents as spans.
 SpanPrompt chat_span_prompt(const LoadedModel& m, const std::vector<std::string>& texts,

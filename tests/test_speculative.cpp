@@ -452,12 +452,6 @@ TEST(Spec, SampledOutputFollowsTheTargetWithABadDraft) {
 
 // --- the default model ---------------------------------------------------
 
-std::shared_ptr<const LoadedModel> default_model() {
-  const char* p = std::getenv("WICK_TEST_MODEL");
-  if (!p || !std::filesystem::exists(p)) return nullptr;
-  return ModelPool::global().get(p);
-}
-
 std::vector<int32_t> chat_ids(const LoadedModel& m, const std::string& user) {
   ChatTemplate t(m.tokenizer->chat_template, "smollm2");
   auto text = t.render(

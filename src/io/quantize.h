@@ -5,6 +5,7 @@
 // error before packing the 6- or 8-bit sub-block scales.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "io/dtype.h"
@@ -26,5 +27,17 @@ void quantize_row_q5_1(const float* src, void* dst, int64_t n);
 void quantize_row_q4_k(const float* src, void* dst, int64_t n);
 void quantize_row_q5_k(const float* src, void* dst, int64_t n);
 void quantize_row_q6_k(const float* src, void* dst, int64_t n);
+
+// The element of x[0..n) of largest magnitude, with its sign (the first of
+// ties): symmetric types map it onto their most negative level.
+inline float signed_amax(const float* x, int n) {
+  float m = 0.f, a = 0.f;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > a) {
+      a = std::fabs(x[i]);
+      m = x[i];
+    }
+  return m;
+}
 
 }  // namespace wick

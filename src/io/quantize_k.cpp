@@ -96,16 +96,6 @@ Fit search_affine(const float* x, int n, int n_max) {
   return best;
 }
 
-float signed_amax(const float* x, int n) {
-  float m = 0.f, a = 0.f;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > a) {
-      a = std::fabs(x[i]);
-      m = x[i];
-    }
-  return m;
-}
-
 // The best signed scale for x ~ scale * q, q in [-32, 31] (one q6_k sub-block).
 float search_symmetric(const float* x, int n) {
   const float xm = signed_amax(x, n);

@@ -11,17 +11,6 @@ namespace wick {
 
 namespace {
 
-// Signed element of largest magnitude.
-float signed_amax(const float* x, int n) {
-  float m = 0.f, a = 0.f;
-  for (int j = 0; j < n; ++j)
-    if (std::fabs(x[j]) > a) {
-      a = std::fabs(x[j]);
-      m = x[j];
-    }
-  return m;
-}
-
 // Symmetric: q = floor(x / d + half + 0.5) clamped to [0, 2 * half - 1].
 template <int kHalf>
 void quantize_symmetric(const float* x, uint16_t& d_out, uint8_t* q) {
