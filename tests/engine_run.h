@@ -12,6 +12,8 @@
 
 #include "engine/engine.h"
 #include "engine/model_pool.h"
+#include "engine/session.h"
+#include "helpers.h"
 
 namespace wick::test {
 
@@ -55,12 +57,47 @@ inline GenerateRequest greedy_request(std::vector<int32_t> prompt, int32_t max_t
   return r;
 }
 
+// Greedy continuations of dir's reference.json prompts, prefilled in one pass
+// and in chunks of 3, equal transformers' and stop at their length.
+inline void expect_reference_greedy(const std::shared_ptr<const LoadedModel>& m,
+                                    const std::string& dir, const std::string& label) {
+  auto ref = read_json(dir + "/reference.json");
+  for (auto& p : ref["prompts"]) {
+    auto want = p["greedy_continuation"].get<std::vector<int32_t>>();
+    for (int32_t chunk : {0, 3}) {
+      Session s(m, 256);
+      GenerateRequest req =
+          greedy_request(p["ids"].get<std::vector<int32_t>>(), int32_t(want.size()));
+      req.prefill_chunk = chunk;
+      auto res = s.generate(req);
+      EXPECT_EQ(res.tokens, want) << label << " chunk " << chunk;
+      EXPECT_EQ(res.stop_reason, "length") << label;
+    }
+  }
+}
+
 // n token ids below n_vocab.
 inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int64_t n_vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = int32_t(rng() % uint32_t(n_vocab));
   return t;
 }
+
+// A tiny fixture model per architecture (the test's parameter) and random
+// prompts from a generator seeded alike for every test.
+class TinyArchTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  explicit TinyArchTest(uint32_t seed) : rng_(seed) {}
+  void SetUp() override {
+    if (!std::filesystem::exists(tiny_dir(GetParam())))
+      WICK_SKIP_OR_FAIL("../shared/fixtures not found at " << shared_dir());
+    m_ = load_model_and_tokenizer(tiny_dir(GetParam()));
+  }
+  std::vector<int32_t> random(int n) { return random_tokens(rng_, n, m_->config().n_vocab); }
+
+  std::shared_ptr<const LoadedModel> m_;
+  std::mt19937 rng_;
+};
 
 // prefix, the documents as spans, then the question: greedy, the first
 // step's logits kept; the span settings (recompute, blend, context) are the

@@ -21,23 +21,7 @@ class Greedy : public ::testing::TestWithParam<std::string> {};
 TEST_P(Greedy, ContinuationMatchesTransformers) {
   WICK_REQUIRE_SHARED();
   const std::string dir = tiny_dir(GetParam());
-  auto m = load_model_and_tokenizer(dir);
-  auto ref = read_json(dir + "/reference.json");
-  for (auto& p : ref["prompts"]) {
-    auto want = p["greedy_continuation"].get<std::vector<int32_t>>();
-    for (int32_t chunk : {0, 3}) {
-      Session s(m, 256);
-      GenerateRequest req;
-      req.prompt = p["ids"].get<std::vector<int32_t>>();
-      req.sampling = SamplingParams::greedy();
-      req.max_tokens = int32_t(want.size());
-      req.ignore_eos = true;
-      req.prefill_chunk = chunk;
-      auto res = s.generate(req);
-      EXPECT_EQ(res.tokens, want) << GetParam() << " chunk " << chunk;
-      EXPECT_EQ(res.stop_reason, "length");
-    }
-  }
+  expect_reference_greedy(load_model_and_tokenizer(dir), dir, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, Greedy, ::testing::ValuesIn(archs()),

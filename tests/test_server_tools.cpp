@@ -8,6 +8,7 @@
 #include <string>
 
 #include "grammar/matcher.h"
+#include "grammar/tool_call_grammar.h"
 #include "helpers.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
@@ -15,7 +16,6 @@
 #include "server/write_openai.h"
 #include "server_helpers.h"
 #include "text/tokenizer.h"
-#include "text/tool_call_grammar.h"
 
 namespace wick::server {
 namespace {

@@ -44,18 +44,9 @@ EngineConfig ctx_config() {
   return c;
 }
 
-class SpanContextArch : public ::testing::TestWithParam<std::string> {
+class SpanContextArch : public TinyArchTest {
  protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(tiny_dir(GetParam())))
-      WICK_SKIP_OR_FAIL("../shared/fixtures not found at " << shared_dir());
-    m_ = load_model_and_tokenizer(tiny_dir(GetParam()));
-    rng_.seed(23);
-  }
-  Tokens random(int n) { return random_tokens(rng_, n, m_->config().n_vocab); }
-
-  std::shared_ptr<const LoadedModel> m_;
-  std::mt19937 rng_;
+  SpanContextArch() : TinyArchTest(23) {}
 };
 
 // The K/V (every layer) of `span` computed by forward() on a fresh store:

@@ -52,18 +52,9 @@ int32_t n_tokens(const std::vector<Tokens>& docs) {
   return n;
 }
 
-class SpanEngineArch : public ::testing::TestWithParam<std::string> {
+class SpanEngineArch : public TinyArchTest {
  protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(tiny_dir(GetParam())))
-      WICK_SKIP_OR_FAIL("../shared/fixtures not found at " << shared_dir());
-    m_ = load_model_and_tokenizer(tiny_dir(GetParam()));
-    rng_.seed(11);
-  }
-  Tokens random(int n) { return random_tokens(rng_, n, m_->config().n_vocab); }
-
-  std::shared_ptr<const LoadedModel> m_;
-  std::mt19937 rng_;
+  SpanEngineArch() : TinyArchTest(11) {}
 };
 
 // With every span token computed again (span_recompute past the spans'

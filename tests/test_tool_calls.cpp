@@ -8,9 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "grammar/grammar.h"
+#include "grammar/tool_call_grammar.h"
 #include "helpers.h"
 #include "text/tokenizer.h"
-#include "text/tool_call_grammar.h"
 #include "text/tool_calls.h"
 
 using namespace wick;
@@ -270,7 +271,7 @@ TEST(ToolCallGrammar, EachFormatsMarkup) {
 }
 
 TEST(ToolCallGrammar, NamesEscaped) {
-  EXPECT_EQ(gbnf_literal("a\"b\\c\nd\x01"), "\"a\\\"b\\\\c\\nd\\x01\"");
+  EXPECT_EQ(grammar::gbnf_literal("a\"b\\c\nd\x01"), "\"a\\\"b\\\\c\\nd\\x01\"");
   // a name with a quote: JSON-escaped inside the call, then GBNF-escaped
   const std::string g = tool_call_gbnf(ToolFormat::Hermes, {"we\"ird"}, false);
   EXPECT_NE(g.find("ws \"\\\"we\\\\\\\"ird\\\"\" ws"), std::string::npos) << g;

@@ -586,4 +586,26 @@ void set_byte_classes(Grammar& g) {
   }
 }
 
+std::string gbnf_literal(std::string_view bytes) {
+  std::string out = "\"";
+  for (char c : bytes) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      out += fmt::format("\\x{:02X}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace wick::grammar

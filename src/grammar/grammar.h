@@ -71,4 +71,8 @@ inline constexpr size_t kMaxGrammarElems = 1 << 20;  // after expanding repetiti
 // rule; undefined rules and left recursion are errors. Throws GrammarError.
 std::shared_ptr<const Grammar> compile_gbnf(std::string_view text);
 
+// A GBNF literal matching exactly these bytes: "..." with quotes,
+// backslashes and control bytes escaped.
+std::string gbnf_literal(std::string_view bytes);
+
 }  // namespace wick::grammar

@@ -19,32 +19,9 @@ namespace {
 using json = nlohmann::ordered_json;
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
-// A GBNF literal matching exactly these bytes.
-std::string literal(std::string_view bytes) {
-  std::string out = "\"";
-  for (char c : bytes) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7F) {
-      out += fmt::format("\\x{:02X}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 // A JSON value as it is written in the output (compact).
 std::string json_literal(const json& v) {
-  return literal(v.dump(-1, ' ', false, json::error_handler_t::strict));
+  return gbnf_literal(v.dump(-1, ' ', false, json::error_handler_t::strict));
 }
 
 std::string class_bound(uint32_t cp) {
@@ -289,12 +266,12 @@ class PatternCompiler {
 
   // One character as the JSON string writes it.
   std::string char_expr(uint32_t cp) {
-    if (cp == '"') return literal("\\\"");
-    if (cp == '\\') return literal("\\\\");
-    if (cp < 0x20) return literal(fmt::format("\\u{:04x}", cp));
+    if (cp == '"') return gbnf_literal("\\\"");
+    if (cp == '\\') return gbnf_literal("\\\\");
+    if (cp < 0x20) return gbnf_literal(fmt::format("\\u{:04x}", cp));
     std::vector<uint8_t> b;
     append_utf8(cp, b);
-    return literal(std::string(b.begin(), b.end()));
+    return gbnf_literal(std::string(b.begin(), b.end()));
   }
 
   std::string_view re_;
@@ -579,7 +556,7 @@ class SchemaCompiler {
       // no properties: a map, its values from additionalProperties when it is a schema
       auto ap = s.find("additionalProperties");
       if (ap != s.end() && ap->is_boolean() && !ap->get<bool>())
-        return literal("{") + " " + ws + " " + literal("}");
+        return gbnf_literal("{") + " " + ws + " " + gbnf_literal("}");
       std::string value = prim("value");
       if (ap != s.end() && ap->is_object())
         value = visit(*ap, where + "/additionalProperties", hint + "-value");
@@ -635,13 +612,14 @@ class SchemaCompiler {
     }
     std::string item_expr = prim("value");
     if (auto it = s.find("items"); it != s.end()) {
-      if (it->is_boolean() && !it->get<bool>()) return literal("[") + " " + ws + " " + literal("]");
+      if (it->is_boolean() && !it->get<bool>())
+        return gbnf_literal("[") + " " + ws + " " + gbnf_literal("]");
       item_expr = visit(*it, where + "/items", hint + "-item");
     }
     const std::string item = add_rule(hint + "-item-ws", item_expr + " " + ws);
     const std::string next = "(\",\" " + ws + " " + item + ")";
     const int64_t min = lo.value_or(0);
-    if (hi && *hi == 0) return literal("[") + " " + ws + " " + literal("]");
+    if (hi && *hi == 0) return gbnf_literal("[") + " " + ws + " " + gbnf_literal("]");
     std::string more;  // items after the first: min - 1 up to max - 1
     const int64_t more_lo = std::max<int64_t>(min - 1, 0);
     if (!hi)

@@ -4,7 +4,7 @@
 
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
-#include "text/tool_call_grammar.h"
+#include "grammar/tool_call_grammar.h"
 
 namespace wick::server {
 

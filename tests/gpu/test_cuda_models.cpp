@@ -59,21 +59,7 @@ TEST_P(TinyOnGpu, GreedyContinuationMatchesTransformers) {
   WICK_REQUIRE_GPU();
   WICK_REQUIRE_SHARED();
   const std::string dir = tiny_dir(GetParam());
-  auto m = load_model_and_tokenizer(dir, {}, cuda_opts(true));
-  auto ref = read_json(dir + "/reference.json");
-  for (auto& p : ref["prompts"]) {
-    auto want = p["greedy_continuation"].get<std::vector<int32_t>>();
-    for (int32_t chunk : {0, 3}) {
-      Session s(m, 256);
-      GenerateRequest req;
-      req.prompt = p["ids"].get<std::vector<int32_t>>();
-      req.sampling = SamplingParams::greedy();
-      req.max_tokens = int32_t(want.size());
-      req.ignore_eos = true;
-      req.prefill_chunk = chunk;
-      EXPECT_EQ(s.generate(req).tokens, want) << GetParam() << " chunk " << chunk;
-    }
-  }
+  expect_reference_greedy(load_model_and_tokenizer(dir, {}, cuda_opts(true)), dir, GetParam());
 }
 
 // Batch invariance on the GPU: concurrent requests (chunked prefills mixed

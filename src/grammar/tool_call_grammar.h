@@ -11,9 +11,6 @@
 
 namespace wick {
 
-// A GBNF string literal: "..." with quotes, backslashes and control bytes escaped.
-std::string gbnf_literal(const std::string& s);
-
 // A function a forced call may use and the grammar of its arguments.
 struct ToolGrammar {
   std::string name;

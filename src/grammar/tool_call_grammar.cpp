@@ -1,9 +1,11 @@
-#include "text/tool_call_grammar.h"
+#include "grammar/tool_call_grammar.h"
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "grammar/grammar.h"
 
 namespace wick {
 
@@ -23,27 +25,6 @@ ws ::= [ \t\n\r]{0,16}
 
 }  // namespace
 
-std::string gbnf_literal(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "\"";
-}
-
 std::string tool_call_gbnf_with_args(ToolFormat f, const std::vector<ToolGrammar>& tools,
                                      bool parallel) {
   if (tools.empty()) throw std::invalid_argument("tool_call_gbnf: no functions");
@@ -59,11 +40,11 @@ std::string tool_call_gbnf_with_args(ToolFormat f, const std::vector<ToolGrammar
       fns += fmt::format(
           R"(fn-{} ::= "{{" ws "\"name\"" ws ":" ws {} ws "," ws "\"{}\"" ws ":" ws {} ws "}}")"
           "\n",
-          i, gbnf_literal(nlohmann::json(t.name).dump()), key, args);
+          i, grammar::gbnf_literal(nlohmann::json(t.name).dump()), key, args);
     else
       fns += fmt::format(R"(fn-{} ::= {} "[ARGS]" {})"
                          "\n",
-                         i, gbnf_literal(t.name), args);
+                         i, grammar::gbnf_literal(t.name), args);
     fns += t.rules;
     if (!fns.empty() && fns.back() != '\n') fns += '\n';
     alts += fmt::format("{}fn-{}", i ? " | " : "", i);
