@@ -765,45 +765,59 @@ TEST(CudaKv, DeviationMatchesCpu) {
   EXPECT_LT(max_rel(to_host<float>(*be, out, 3), want), 1e-5);
 }
 
-// Routing and the grouped expert products against the CPU's.
+// Routing and the grouped expert products against the CPU's: 2, 10 and 80
+// (token, expert) pairs, so 16-, 32- and 64-row tiles; and gate/up over
+// k = 2,048 in 32 slices, where the 80 pairs take 32-row tiles (64-row
+// tiles of 32 slices would need 256 KiB of shared memory).
 TEST(CudaMoe, RouteAndExpertsMatchCpu) {
   WICK_REQUIRE_GPU();
   std::mt19937 rng(8);
+  struct Case {
+    bool f32;
+    int64_t n_tok, D;
+    int kw_max;
+  };
+  std::vector<Case> cases;
   for (bool f32 : {false, true})
-    for (int64_t n_tok : {1, 5, 40}) {
-      auto be = cuda_backend(f32);
-      const int64_t E = 8, K = 2, D = 256, F = 96;
-      const DType t = f32 ? DType::F32 : DType::BF16;
-      std::vector<std::vector<uint8_t>> bytes;
-      std::vector<ExpertWeights> host(E), dev(E);
-      for (int64_t e = 0; e < E; ++e) {
-        bytes.push_back(random_weight(t, F, D, rng));
-        host[size_t(e)].gate = Weight{t, F, D, bytes.back().data()};
-        bytes.push_back(random_weight(t, F, D, rng));
-        host[size_t(e)].up = Weight{t, F, D, bytes.back().data()};
-        bytes.push_back(random_weight(t, D, F, rng));
-        host[size_t(e)].down = Weight{t, D, F, bytes.back().data()};
-      }
-      be->prepare_experts(host, dev);
-      auto logits = randn(size_t(n_tok * E), rng);
-      auto x = randn(size_t(n_tok * D), rng, 0.2f);
-      Buffer dl = to_device(*be, logits.data(), logits.size() * 4),
-             dx = to_device(*be, x.data(), x.size() * 4), ids = be->alloc(size_t(n_tok * K) * 4),
-             w = be->alloc(size_t(n_tok * K) * 4), out = be->alloc(x.size() * 4);
-      be->moe_route(dl.as<float>(), n_tok, E, K, true, ids.as<int32_t>(), w.as<float>());
-      std::vector<int32_t> cids(size_t(n_tok * K));
-      std::vector<float> cw(size_t(n_tok * K));
-      cpu::moe_route(logits.data(), n_tok, E, K, true, cids.data(), cw.data());
-      EXPECT_EQ(to_host<int32_t>(*be, ids, cids.size()), cids);
-      EXPECT_LT(max_rel(to_host<float>(*be, w, cw.size()), cw), 1e-5);
-      be->moe_mlp(dev, dx.as<float>(), n_tok, K, ids.as<int32_t>(), w.as<float>(), out.as<float>());
-      std::vector<float> want(x.size());
-      cpu::MoeScratch s;
-      // the CPU on bf16-rounded weights when the GPU holds bf16
-      cpu::moe_mlp(host, x.data(), n_tok, K, cids.data(), cw.data(), want.data(), s);
-      EXPECT_LT(max_rel(to_host<float>(*be, out, x.size()), want), f32 ? 1e-5 : 2e-2)
-          << "tokens " << n_tok << (f32 ? " f32" : " bf16");
+    for (int64_t n_tok : {1, 5, 40}) cases.push_back({f32, n_tok, 256, 16});
+  for (int64_t n_tok : {5, 40}) cases.push_back({false, n_tok, 2048, 32});
+  for (const Case& c : cases) {
+    KwMax scope(c.kw_max);
+    const bool f32 = c.f32;
+    const int64_t n_tok = c.n_tok;
+    auto be = cuda_backend(f32);
+    const int64_t E = 8, K = 2, D = c.D, F = 96;
+    const DType t = f32 ? DType::F32 : DType::BF16;
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<ExpertWeights> host(E), dev(E);
+    for (int64_t e = 0; e < E; ++e) {
+      bytes.push_back(random_weight(t, F, D, rng));
+      host[size_t(e)].gate = Weight{t, F, D, bytes.back().data()};
+      bytes.push_back(random_weight(t, F, D, rng));
+      host[size_t(e)].up = Weight{t, F, D, bytes.back().data()};
+      bytes.push_back(random_weight(t, D, F, rng));
+      host[size_t(e)].down = Weight{t, D, F, bytes.back().data()};
     }
+    be->prepare_experts(host, dev);
+    auto logits = randn(size_t(n_tok * E), rng);
+    auto x = randn(size_t(n_tok * D), rng, 0.2f);
+    Buffer dl = to_device(*be, logits.data(), logits.size() * 4),
+           dx = to_device(*be, x.data(), x.size() * 4), ids = be->alloc(size_t(n_tok * K) * 4),
+           w = be->alloc(size_t(n_tok * K) * 4), out = be->alloc(x.size() * 4);
+    be->moe_route(dl.as<float>(), n_tok, E, K, true, ids.as<int32_t>(), w.as<float>());
+    std::vector<int32_t> cids(size_t(n_tok * K));
+    std::vector<float> cw(size_t(n_tok * K));
+    cpu::moe_route(logits.data(), n_tok, E, K, true, cids.data(), cw.data());
+    EXPECT_EQ(to_host<int32_t>(*be, ids, cids.size()), cids);
+    EXPECT_LT(max_rel(to_host<float>(*be, w, cw.size()), cw), 1e-5);
+    be->moe_mlp(dev, dx.as<float>(), n_tok, K, ids.as<int32_t>(), w.as<float>(), out.as<float>());
+    std::vector<float> want(x.size());
+    cpu::MoeScratch s;
+    // the CPU on bf16-rounded weights when the GPU holds bf16
+    cpu::moe_mlp(host, x.data(), n_tok, K, cids.data(), cw.data(), want.data(), s);
+    EXPECT_LT(max_rel(to_host<float>(*be, out, x.size()), want), f32 ? 1e-5 : 2e-2)
+        << "tokens " << n_tok << (f32 ? " f32" : " bf16") << ", D " << D << ", kw max " << c.kw_max;
+  }
 }
 
 }  // namespace

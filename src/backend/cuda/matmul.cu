@@ -350,17 +350,32 @@ int kw_for(const GpuWeight& w) {
   return n_chunks >= 64 ? 8 : 4;
 }
 
+// Shared memory of a CTA: a tile of sums per slice (and per accumulator),
+// plus one for the RoPE epilogue. NORM reuses the slices' tiles for its 33
+// sums (kw >= 4 tiles of 128).
+constexpr size_t kMaxSmem = 160 * 1024;
+size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
+  return (size_t(kw) * (gated ? 2 : 1) + (rope ? 1 : 0)) * 16 * mt * 8 * nt * sizeof(float);
+}
+// Whether 64-row tiles (4 x 4, or 4 x 2 gated: 8 KiB a slice) of kw slices
+// fit: up to 20 slices; more take 32-row tiles, which never change the sums.
+bool rows64_fit(int kw) {
+  return mm_smem(kw, 4, 4, false, false) <= kMaxSmem;
+}
+
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
 void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
-  const int nacc = GATED ? 2 : 1;
-  // (NORM reuses the slices' tiles for its 33 sums: kw >= 4 tiles of 128)
-  const size_t smem = (size_t(p.kw) * nacc + (ROPE ? 1 : 0)) * 16 * MT * 8 * NT * sizeof(float);
+  const size_t smem = mm_smem(p.kw, MT, NT, GATED, ROPE);
+  if (smem > kMaxSmem)
+    throw std::logic_error("mm: " + std::to_string(p.kw) + " slices of " + std::to_string(16 * MT) +
+                           "x" + std::to_string(8 * NT) + " tiles need " +
+                           std::to_string(smem / 1024) + " KiB of shared memory");
   auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM>;
   // per instantiation, once: up to 160 KiB of shared memory, and the most
   // warps a CTA can have with this kernel's registers
   static const int max_warps = [&] {
     WICK_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
     cudaFuncAttributes a{};
     WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
     return std::max(1, a.maxThreadsPerBlock / 32);
@@ -368,6 +383,8 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   // a warp a slice for the small decode tiles (a warp takes several slices
   // past 32 or past what its registers allow), 8 for the larger ones
   const int n_warps = std::min({p.kw, MT == 1 ? 32 : 8, max_warps});
+  // the RoPE epilogue takes one element a thread: 128 threads at least
+  if (ROPE && n_warps < 4) throw std::logic_error("mm: the RoPE epilogue needs 4 warps a CTA");
   launch_early(kernel, dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), dim3(n_warps * 32), smem, st,
                p);
 }
@@ -398,7 +415,13 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
     return total;
   };
   auto ty = [&](int mt) { return GROUPED ? n_tiles_y : ceil_div(p.M, 16 * mt); };
-  if (p.M <= 16) {
+  // rows a CTA covers (a grouped launch: as its tile list was cut)
+  const int tile_rows = GROUPED            ? grouped_tile_rows(p.M)
+                        : p.M <= 16        ? 16
+                        : p.M <= 32        ? 32
+                        : rows64_fit(p.kw) ? 64
+                                           : 32;
+  if (tile_rows == 16) {
     // Tall matrices (the output head, gate/up) take several 8-row tiles per
     // warp: more loads in flight per lane, fewer CTAs to start.
     int n_rows = 0;
@@ -413,7 +436,7 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
       launch<F, 1, 2, GATED, GROUPED>(p, tiles(2), ty(1), st);
     else
       launch<F, 1, 1, GATED, GROUPED>(p, tiles(1), ty(1), st);
-  } else if (p.M <= 32) {
+  } else if (tile_rows == 32) {
     launch<F, 2, 2, GATED, GROUPED>(p, tiles(2), ty(2), st);
   } else if constexpr (GATED) {
     launch<F, 4, 2, GATED, GROUPED>(p, tiles(2), ty(4), st);
@@ -571,8 +594,6 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
     p.jobs[j] = Job{w, jobs[j].y, jobs[j].bias, n_tiles};
     n_tiles += ceil_div(w.n_out, 8);
   }
-  // the epilogue takes one element a thread: 128 threads at least (kw >= 4)
-  if (std::min(p.kw, 16) < 4) return false;
   return launch_fused<true, false>(p, n_tiles, st);
 }
 
@@ -639,7 +660,8 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
 }
 
 int grouped_tile_rows(int n_rows) {
-  return n_rows <= 16 ? 16 : n_rows <= 32 ? 32 : 64;
+  // (64 only where any expert's slice count fits: kw_for gives at most kw_max)
+  return n_rows <= 16 ? 16 : n_rows <= 32 || !rows64_fit(kw_max()) ? 32 : 64;
 }
 
 void matmul_grouped(const GroupedMatmul& g, cudaStream_t st) {
