@@ -29,7 +29,8 @@ count = defaultdict(set)
 with open(sys.argv[1], newline="") as f:
     lines = [l for l in f if l.startswith('"')]
 for r in csv.DictReader(lines):
-    name = without_params(r["Kernel Name"]).removeprefix("void ").replace("wick::cuda::", "")[:80]
+    name = without_params(r["Kernel Name"]).removeprefix("void ")
+    name = name.replace("wick::cuda::", "").replace("(anonymous namespace)::", "")[:120]
     if r.get("Grid Size"):
         name += f" grid{r['Grid Size']} block{r.get('Block Size', '?')}"
     try:
