@@ -185,7 +185,8 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;           // y += x
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;  // gate = silu(gate) * up
   // NeoX-style RoPE (pairs i and i + head_dim/2) in place at the batch's
-  // positions: x [n_tokens, n_heads, head_dim]; inv_freq [head_dim / 2].
+  // RoPE positions (b.rope_pos: filled slots only, holes not counted):
+  // x [n_tokens, n_heads, head_dim]; inv_freq [head_dim / 2].
   virtual void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
                     const float* inv_freq) = 0;
   // k, v [n_tokens, kv_dim] into the cache slots of layer il.
@@ -216,7 +217,8 @@ class Backend {
   // out [n_tokens, n_head * head_dim]: causal attention of each token over
   // its own sequence, through its block table, skipping the slots past a
   // block's fill (holes before a span); pre-RoPE keys are rotated by their
-  // position (s.inv_freq) as they are read.
+  // RoPE position (slot less the holes before it; s.inv_freq) as they are
+  // read. Causality and sliding windows count slots.
   virtual void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                          const AttnShape& s, float* out) = 0;
   // Mixture of experts. Routing: softmax over n_expert logits per token,

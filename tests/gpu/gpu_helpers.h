@@ -18,12 +18,18 @@ namespace wick::test {
       GTEST_SKIP() << "no CUDA GPU visible (" << ::wick::cuda_status() << ")"; \
   } while (0)
 
-inline std::unique_ptr<Backend> cuda_backend(bool gpu_f32 = false) {
+// The CUDA device with half its memory; gpu_f32 keeps f32 weights, K/V and
+// attention (no CUDA graphs then), else bf16 weights and f16 K/V as served.
+inline BackendOptions cuda_opts(bool gpu_f32) {
   BackendOptions o;
   o.device = Device::Cuda;
   o.gpu_f32 = gpu_f32;
   o.gpu_memory_fraction = 0.5;
-  return make_backend(o);
+  return o;
+}
+
+inline std::unique_ptr<Backend> cuda_backend(bool gpu_f32 = false) {
+  return make_backend(cuda_opts(gpu_f32));
 }
 
 // A host vector copied to a new device buffer, and back.

@@ -10,14 +10,6 @@
 namespace wick::test {
 namespace {
 
-BackendOptions gpu_f32_opts() {
-  BackendOptions o;
-  o.device = Device::Cuda;
-  o.gpu_f32 = true;
-  o.gpu_memory_fraction = 0.5;
-  return o;
-}
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
@@ -27,7 +19,7 @@ TEST(EmbedOnGpu, HiddenStatesMatchTransformers) {
   WICK_REQUIRE_SHARED();
   for (const char* arch : {"llama", "qwen3"}) {
     const std::string dir = tiny_dir(arch);
-    auto lm = load_model_and_tokenizer(dir, {}, gpu_f32_opts());
+    auto lm = load_model_and_tokenizer(dir, {}, cuda_opts(true));
     auto ref = read_json(dir + "/reference.json");
     for (auto& p : ref["prompts"]) {
       auto ids = p["ids"].get<std::vector<int32_t>>();
@@ -45,10 +37,11 @@ TEST(EmbedOnGpu, HiddenStatesMatchTransformers) {
   }
 }
 
+// (bf16 weights and f16 K/V, as served: gpu_f32 would turn CUDA graphs off)
 TEST(EmbedOnGpu, BatchInvariantBetweenGraphedSteps) {
   WICK_REQUIRE_GPU();
   WICK_REQUIRE_SHARED();
-  auto lm = load_model_and_tokenizer(tiny_dir("llama"), {}, gpu_f32_opts());
+  auto lm = load_model_and_tokenizer(tiny_dir("llama"), {}, cuda_opts(false));
   EngineConfig cfg;
   cfg.n_blocks = 64;
   cfg.n_ctx = 256;

@@ -17,14 +17,6 @@
 namespace wick::test {
 namespace {
 
-BackendOptions cuda_opts(bool gpu_f32) {
-  BackendOptions o;
-  o.device = Device::Cuda;
-  o.gpu_f32 = gpu_f32;
-  o.gpu_memory_fraction = 0.5;
-  return o;
-}
-
 class TinyOnGpu : public ::testing::TestWithParam<std::string> {};
 
 // bf16 on the GPU (weights, activations into the products, f16 K/V) against
@@ -142,16 +134,40 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
   cfg.n_blocks = 256;
   cfg.span_recompute = 16;
   cfg.span_blend = 0.f;
-  {  // block-aligned spans, all recomputed: full prefill
-    const auto prefix = random(16), question = random(7);
-    const std::vector<std::vector<int32_t>> docs = {random(32), random(16)};
-    GenerateRequest r = request(prefix, docs, question, 1000), plain = r;
+  // Every span token computed again (recompute past the spans, or blend 1:
+  // chosen after forward's measure pass) is full prefill: block-aligned
+  // spans, and layouts with holes, where RoPE counts only filled slots (not
+  // under a sliding window, which counts slots). Chunks follow slots, so
+  // the sums differ from the plain prompt's within bf16's tolerance.
+  struct Layout {
+    int prefix;
+    std::vector<int> docs;
+    bool holes;
+    int32_t recompute;
+    float blend;
+  };
+  for (const Layout& l :
+       {Layout{16, {32, 16}, false, 1000, 0.f}, Layout{5, {20, 9, 33}, true, 1000, 0.f},
+        Layout{0, {7, 18}, true, 1000, 0.f}, Layout{16, {32, 16}, false, 0, 1.f},
+        Layout{5, {20, 9, 33}, true, 0, 1.f}}) {
+    if (l.holes && m->config().sliding_window > 0) continue;
+    const auto prefix = random(l.prefix), question = random(7);
+    std::vector<std::vector<int32_t>> docs;
+    for (int n : l.docs) docs.push_back(random(n));
+    GenerateRequest r = request(prefix, docs, question, l.recompute), plain = r;
+    r.span_blend = l.blend;
     plain.spans.clear();
     Engine e(m, cfg), ref(m, cfg);
     const auto got = run_one(e, r), want = run_one(ref, plain);
-    EXPECT_EQ(got.tokens, want.tokens) << GetParam();
-    EXPECT_LT(rel_err(got.first_logits, want.first_logits), 1e-3) << GetParam();
-    EXPECT_EQ(got.n_span_misses, 2);
+    const std::string what = GetParam() + ", prefix " + std::to_string(l.prefix) + ", " +
+                             (l.blend > 0 ? "blend 1" : "recompute all");
+    EXPECT_EQ(got.tokens, want.tokens) << what;
+    EXPECT_LT(rel_err(got.first_logits, want.first_logits), 1e-3) << what;
+    EXPECT_EQ(got.n_span_misses, int32_t(docs.size())) << what;
+    if (l.blend > 0) {  // every document token chosen
+      EXPECT_EQ(got.n_span_recomputed, int32_t(r.prompt.size()) - l.prefix - 7) << what;
+    }
+    EXPECT_EQ(e.blocks().n_used(), 0) << what;
   }
   {  // reuse in another order equals a fresh engine
     const auto prefix = random(5);
