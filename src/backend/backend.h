@@ -142,6 +142,7 @@ class Backend {
   virtual bool replay(uint64_t key) { return false; }  // true when a graph ran
   virtual void capture_begin() {}
   virtual void capture_end(uint64_t key) {}
+  virtual void capture_abort() {}  // a step failed while recorded: nothing kept
 
   // ---- kernels ----
   // out [n_tokens, n_embd]: the embedding rows of the batch's tokens.

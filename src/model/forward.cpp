@@ -219,7 +219,12 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
       // the second time this shape comes: record it (buffers are sized by now)
       be.capture_begin();
-      run_layers(be, c, W, b, kv, s, logits);
+      try {
+        run_layers(be, c, W, b, kv, s, logits);
+      } catch (...) {
+        be.capture_abort();  // else the stream stays in capture and every later step fails
+        throw;
+      }
       be.capture_end(key);
       be.replay(key);
       return;

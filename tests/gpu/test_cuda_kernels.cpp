@@ -569,6 +569,134 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                   (info.param.f32 ? "_f32" : "_f16");
                          });
 
+// Pre-RoPE keys (the span cache) through a span layout: blocks closed early,
+// spans placed at an offset in their block, holes that RoPE does not count,
+// a sequence long enough that decode splits its context; beside it a
+// sequence without holes. Against the CPU kernel, which rotates the same
+// stored keys with its own cos/sin table (hence 1e-4 for f32, not 1e-5).
+// Hole slots hold large keys: a kernel that read one would be far off.
+TEST(CudaAttention, PreRopeKeysThroughHolesMatchCpu) {
+  WICK_REQUIRE_GPU();
+  for (bool f32 : {false, true})
+    for (int64_t hd : {64, 128}) {
+      SCOPED_TRACE(std::string(f32 ? "f32" : "f16") + " head_dim " + std::to_string(hd));
+      auto be = cuda_backend(f32);
+      std::mt19937 rng(57 + unsigned(hd));
+      const int64_t n_head = 8, n_head_kv = 2, kv_dim = n_head_kv * hd, bs = 16, n_blocks = 90;
+      auto cpu_kv = cpu_backend().make_kv(1, n_blocks, bs, kv_dim, true);
+      auto gpu_kv = be->make_kv(1, n_blocks, bs, kv_dim, true);
+      std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+      for (int32_t i = 0; i < n_blocks; ++i) perm[size_t(i)] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      // sequence 0: 75 blocks, every fifth closed after 9 slots, every
+      // seventh starting at slot 5 (block 17 both); sequence 1: 6 full blocks
+      std::vector<std::vector<int32_t>> tables(2);
+      using Fills = std::vector<std::pair<int32_t, int32_t>>;
+      std::vector<Fills> fills(2);
+      std::vector<int32_t> valid0;  // sequence 0's positions outside the holes
+      for (int32_t blk = 0; blk < 75; ++blk) {
+        tables[0].push_back(perm[size_t(blk)]);
+        const int32_t begin = blk % 7 == 3 ? 5 : 0, end = blk % 5 == 2 ? 9 : 16;
+        fills[0].push_back({begin, end});
+        for (int32_t o = begin; o < end; ++o) valid0.push_back(blk * int32_t(bs) + o);
+      }
+      for (int32_t blk = 0; blk < 6; ++blk) tables[1].push_back(perm[size_t(75 + blk)]);
+      const size_t n_el = size_t(n_blocks * bs * kv_dim);
+      auto kh = randn(n_el, rng), vh = randn(n_el, rng);
+      for (size_t blk = 0; blk < fills[0].size(); ++blk)
+        for (int32_t o = 0; o < bs; ++o)
+          if (o < fills[0][blk].first || o >= fills[0][blk].second) {
+            const size_t at = (size_t(tables[0][blk]) * size_t(bs) + size_t(o)) * size_t(kv_dim);
+            for (int64_t i = 0; i < kv_dim; ++i) kh[at + size_t(i)] *= 30.f;
+          }
+      if (!f32)
+        for (size_t i = 0; i < n_el; ++i) {
+          kh[i] = f16_to_f32(f32_to_f16(kh[i]));
+          vh[i] = f16_to_f32(f32_to_f16(vh[i]));
+        }
+      std::memcpy(cpu_kv->k.data(), kh.data(), n_el * 4);
+      std::memcpy(cpu_kv->v.data(), vh.data(), n_el * 4);
+      if (f32) {
+        be->copy_to_device(gpu_kv->k.data(), kh.data(), n_el * 4);
+        be->copy_to_device(gpu_kv->v.data(), vh.data(), n_el * 4);
+      } else {
+        std::vector<uint16_t> k16(n_el), v16(n_el);
+        for (size_t i = 0; i < n_el; ++i) k16[i] = f32_to_f16(kh[i]), v16[i] = f32_to_f16(vh[i]);
+        be->copy_to_device(gpu_kv->k.data(), k16.data(), n_el * 2);
+        be->copy_to_device(gpu_kv->v.data(), v16.data(), n_el * 2);
+      }
+      std::vector<float> inv(static_cast<size_t>(hd / 2));
+      for (int64_t i = 0; i < hd / 2; ++i)
+        inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+      Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
+      // (sequence, positions): holes in the batch only where a token of sequence 0 is
+      auto make_batch = [&](const std::vector<std::pair<int, std::vector<int32_t>>>& parts) {
+        Batch b;
+        bool hole_seq = false;
+        for (auto& [s, ps] : parts) hole_seq |= s == 0;
+        for (int s = 0; s < 2; ++s) {
+          b.block_tables.push_back(tables[size_t(s)]);
+          b.block_fills.push_back(hole_seq ? fills[size_t(s)] : Fills{});
+        }
+        for (auto& [s, ps] : parts)
+          for (int32_t p : ps) b.add(1, p, s, false);
+        b.finish(int32_t(bs));
+        return b;
+      };
+      auto run = [&](Backend& bk, KvStore& kv, Batch& b, const std::vector<float>& q,
+                     const float* inv_freq) {
+        const BatchArgs a = bk.upload(b);
+        Buffer dq = to_device(bk, q.data(), q.size() * 4);
+        Buffer out = bk.alloc(q.size() * 4);
+        bk.attention(dq.as<float>(), kv, 0, a, AttnShape{n_head, n_head_kv, hd, 0, inv_freq},
+                     out.as<float>());
+        return to_host<float>(bk, out, q.size());
+      };
+      // sequence 0: a 6-token chunk into block 74 (after block 73's hole at its start), then its
+      // last token (decode); sequence 1: a prefill of all 96
+      const std::vector<int32_t> chunk(valid0.end() - 20, valid0.end() - 14), last{valid0.back()};
+      std::vector<int32_t> all1(96);
+      for (int32_t p = 0; p < 96; ++p) all1[size_t(p)] = p;
+      Batch big = make_batch({{0, chunk}, {0, last}, {1, all1}});
+      auto q = randn(size_t(big.n_tokens() * n_head * hd), rng);
+      auto want = run(cpu_backend(), *cpu_kv, big, q, inv.data());
+      auto got = run(*be, *gpu_kv, big, q, dinv.as<float>());
+      EXPECT_LT(max_rel(got, want), f32 ? 1e-4 : 4e-3);
+      // rows alone: the decode token, a chunk token, sequence 1's last (a batch with no holes)
+      const int64_t row = n_head * hd;
+      for (auto [s, p, at] : std::vector<std::tuple<int, int32_t, int64_t>>{
+               {0, valid0.back(), 6}, {0, chunk[2], 2}, {1, 95, 102}}) {
+        Batch one = make_batch({{s, {p}}});
+        std::vector<float> q1(q.begin() + at * row, q.begin() + (at + 1) * row);
+        auto alone = run(*be, *gpu_kv, one, q1, dinv.as<float>());
+        for (int64_t i = 0; i < row; ++i)
+          ASSERT_EQ(alone[size_t(i)], got[size_t(at * row + i)])
+              << "position " << p << " of sequence " << s << " alone differs from the batch";
+      }
+    }
+}
+
+// A batch whose integers pass the 16 MiB pinned upload buffer (a block table
+// of 5M blocks: 20 MB) grows it instead of failing, and arrives whole; a
+// small batch after it uses the grown buffer.
+TEST(CudaUpload, BatchesPastThePinnedBufferArriveWhole) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  for (int32_t n_blocks : {5'000'000, 3}) {
+    Batch b;
+    b.block_tables.emplace_back(static_cast<size_t>(n_blocks));
+    for (int32_t i = 0; i < n_blocks; ++i) b.block_tables[0][size_t(i)] = n_blocks - 1 - i;
+    b.add(7, 33, 0, true);
+    b.finish(16);
+    const BatchArgs a = be->upload(b);
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks)), id(1);
+    be->copy_to_host(table.data(), a.block_table, table.size() * 4);
+    be->copy_to_host(id.data(), a.token_ids, 4);
+    EXPECT_EQ(table, b.block_tables[0]) << n_blocks << " blocks";
+    EXPECT_EQ(id[0], 7);
+  }
+}
+
 // K/V writes land in the slots of the batch's positions, rounded to the cache's type.
 TEST(CudaKv, RopeAndWriteMatchCpu) {
   WICK_REQUIRE_GPU();

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "engine/engine.h"
+#include "engine/model_runner.h"
 #include "engine/session.h"
 #include "engine_run.h"
 #include "gpu/gpu_helpers.h"
@@ -291,6 +292,43 @@ TEST(TraceOnGpu, IntermediatesTrackTheCpu) {
     const double e = rel_err(gpu[i].second, cpu[i].second);
     std::printf("[ trace ] %-14s %.2e\n", cpu[i].first.c_str(), e);
     EXPECT_LT(e, 3e-2) << cpu[i].first;
+  }
+}
+
+// Two span-cache runners of one model take turns on its backend, each
+// recording its decode steps as graphs (keys before RoPE: each reads its
+// rope table inside the graph): every step's logits have the bits of the
+// same steps by a runner alone.
+TEST_P(TinyOnGpu, SpanRunnersTakingTurnsKeepTheirGraphs) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
+  const RunnerLimits lim{64, 16, 512, 64, 1, true};
+  std::mt19937 rng(11);
+  const std::vector<std::vector<int32_t>> prompts{random_tokens(rng, 20, 256),
+                                                  random_tokens(rng, 45, 256)};
+  const auto next = random_tokens(rng, 8, 256);  // decode inputs, the same for both
+  // one step of sequence `who`: its prompt (step 0) or its next decode token
+  auto step = [&](ModelRunner& r, size_t who, int i) {
+    const auto& p = prompts[who];
+    Batch b;
+    b.block_tables = {{0, 1, 2, 3, 4}};
+    if (i == 0)
+      for (size_t t = 0; t < p.size(); ++t) b.add(p[t], int32_t(t), 0, t + 1 == p.size());
+    else
+      b.add(next[size_t(i - 1)], int32_t(p.size()) + i - 1, 0, true);
+    const auto l = r.execute(b);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  ModelRunner a(m, lim), b(m, lim);
+  std::vector<std::vector<float>> turns[2];
+  for (int i = 0; i <= int(next.size()); ++i)
+    for (size_t who : {0, 1}) turns[who].push_back(step(who ? b : a, who, i));
+  for (size_t who : {0, 1}) {
+    ModelRunner alone(m, lim);
+    for (int i = 0; i <= int(next.size()); ++i)
+      EXPECT_EQ(step(alone, who, i), turns[who][size_t(i)])
+          << GetParam() << ": runner " << who << ", step " << i;
   }
 }
 

@@ -67,7 +67,7 @@ class CudaBackend final : public Backend {
     WICK_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     budget_ = size_t(double(total_b) * opt.gpu_memory_fraction);
     if (budget_ > free_b) budget_ = free_b;
-    WICK_CUDA_CHECK(cudaMallocHost(&pinned_, kPinnedBytes));
+    WICK_CUDA_CHECK(cudaMallocHost(&pinned_, pinned_bytes_));
     WICK_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     if (const char* g = std::getenv("WICK_CUDA_GRAPHS"); g && std::string(g) == "0")
       graphs_on_ = false;
@@ -93,9 +93,11 @@ class CudaBackend final : public Backend {
     // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
     owned_.clear();
-    for (Buffer* b :
-         {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &rope_tab_, &xb_, &norm_counter_})
+    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &xb_, &norm_counter_})
       b->reset();
+    auto tabs = std::move(rope_tabs_);  // (their release looks into rope_tabs_)
+    rope_tabs_.clear();
+    tabs.clear();
     cudaEventDestroy(upload_done_);
     cudaFreeHost(pinned_);
     cudaStreamDestroy(st_);
@@ -106,6 +108,14 @@ class CudaBackend final : public Backend {
 
   Buffer alloc(size_t bytes) override {
     bytes = std::max<size_t>(bytes, 16);
+    // cudaMalloc fails inside a capture, and a graph must not own memory
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    WICK_CUDA_CHECK(cudaStreamIsCapturing(st_, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone)
+      throw std::logic_error(fmt::format(
+          "CUDA backend: {:.1f} MiB allocated while a step is recorded as a graph (a buffer the "
+          "step's first run should have sized)",
+          mib(bytes)));
     if (used_ + bytes > budget_)
       throw std::runtime_error(fmt::format(
           "out of GPU memory: {:.1f} MiB more would pass the budget of {:.0f} MiB ({:.0f} MiB in "
@@ -132,6 +142,11 @@ class CudaBackend final : public Backend {
       sizes_.erase(it);
     }
     cudaFree(p);
+    // a rope table made from frequencies at p: the address may come back with others
+    if (auto it = rope_tabs_.find(p); it != rope_tabs_.end()) {
+      Buffer tab = std::move(it->second.tab);  // released after the erase
+      rope_tabs_.erase(it);
+    }
   }
   void copy_to_device(void* dst, const void* src, size_t n) override {
     WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, st_));
@@ -216,11 +231,10 @@ class CudaBackend final : public Backend {
   BatchArgs upload(const Batch& b) override {
     const auto& ints = b.packed();
     const size_t bytes = ints.size() * 4;
-    if (bytes > kPinnedBytes)
-      throw std::runtime_error("batch too large for the CUDA upload buffer");
     if (batch_buf_.bytes() < bytes) batch_buf_ = alloc(std::max<size_t>(bytes * 2, 64 << 10));
     // the previous upload must have left the pinned buffer before it is reused
     WICK_CUDA_CHECK(cudaEventSynchronize(upload_done_));
+    if (bytes > pinned_bytes_) grow_pinned(bytes + bytes / 2);
     std::memcpy(pinned_, ints.data(), bytes);
     WICK_CUDA_CHECK(
         cudaMemcpyAsync(batch_buf_.data(), pinned_, bytes, cudaMemcpyHostToDevice, st_));
@@ -238,6 +252,11 @@ class CudaBackend final : public Backend {
   }
   void capture_begin() override {
     WICK_CUDA_CHECK(cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal));
+  }
+  void capture_abort() override {
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(st_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    cudaGetLastError();  // an invalidated capture's error is not the caller's
   }
   void capture_end(uint64_t key) override {
     cudaGraph_t g = nullptr;
@@ -402,8 +421,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static constexpr size_t kPinnedBytes = 16 << 20;
-
   const GpuWeight& desc(const Weight& w) const {
     if (!w.aux) throw std::logic_error("a weight not prepared by the CUDA backend");
     return *static_cast<const GpuWeight*>(w.aux);
@@ -413,17 +430,32 @@ class CudaBackend final : public Backend {
     copy_to_device(b.data(), src, bytes);
     return b.data();
   }
-  // The rope table for pre-RoPE keys, grown (doubling) to cover n_pos positions.
+  // The rope table for pre-RoPE keys, grown (doubling) to cover n_pos
+  // positions: one per frequency buffer (each runner has its own), so that
+  // runners taking turns never remake a table while a step is recorded.
   const float* rope_rows(const float* inv_freq, int head_dim, int n_pos) {
-    if (inv_freq != rope_freq_ || head_dim != rope_hd_ || n_pos > rope_n_) {
-      const int n = std::max(n_pos, inv_freq == rope_freq_ ? 2 * rope_n_ : n_pos);
-      rope_tab_ = alloc(size_t(n) * size_t(head_dim) * 4);
-      cuda::rope_table(inv_freq, head_dim, n, rope_tab_.as<float>(), st_);
-      rope_freq_ = inv_freq;
-      rope_hd_ = head_dim;
-      rope_n_ = n;
+    RopeTab& t = rope_tabs_[inv_freq];
+    if (head_dim != t.head_dim || n_pos > t.n_pos) {
+      const int n = std::max(n_pos, head_dim == t.head_dim ? 2 * t.n_pos : n_pos);
+      t.tab = alloc(size_t(n) * size_t(head_dim) * 4);
+      cuda::rope_table(inv_freq, head_dim, n, t.tab.as<float>(), st_);
+      t.head_dim = head_dim;
+      t.n_pos = n;
     }
-    return rope_tab_.as<float>();
+    return t.tab.as<float>();
+  }
+  // Pinned host memory for batch uploads, grown when a batch needs more
+  // (long block tables, span layouts' fill tables); the old one is idle.
+  void grow_pinned(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      throw std::runtime_error(
+          fmt::format("out of pinned host memory: {:.1f} MiB for a batch upload", mib(bytes)));
+    }
+    cudaFreeHost(pinned_);
+    pinned_ = p;
+    pinned_bytes_ = bytes;
   }
   // The tiled matmul's bf16 copy of the activations, grown to the largest
   // product seen (graphs are recorded on a shape's second step, by when it
@@ -457,10 +489,14 @@ class CudaBackend final : public Backend {
     return !skip_.empty() && skip_.find(std::string(",") + what + ",") != std::string::npos;
   }
   std::string skip_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, rope_tab_, xb_, norm_counter_;
-  const float* rope_freq_ = nullptr;
-  int rope_hd_ = 0, rope_n_ = 0;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, xb_, norm_counter_;
+  struct RopeTab {
+    Buffer tab;  // [n_pos][head_dim]: cos of the half, then sin
+    int head_dim = 0, n_pos = 0;
+  };
+  std::unordered_map<const void*, RopeTab> rope_tabs_;  // by frequency buffer
   void* pinned_ = nullptr;
+  size_t pinned_bytes_ = 16 << 20;
   cudaEvent_t upload_done_ = nullptr;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
 };
