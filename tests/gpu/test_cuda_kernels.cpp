@@ -471,6 +471,27 @@ TEST(CudaElementwise, NormsRopeAddSiluMatchCpu) {
   }
 }
 
+// The same K/V in a CPU store (f32) and a GPU one (f16 unless f32), rounded
+// to f16 first where the GPU stores f16: both kernels read equal values.
+void load_kv(Backend& be, std::vector<float> kh, std::vector<float> vh, bool f32, KvStore& cpu_kv,
+             KvStore& gpu_kv) {
+  const size_t n_el = kh.size();
+  if (f32) {
+    be.copy_to_device(gpu_kv.k.data(), kh.data(), n_el * 4);
+    be.copy_to_device(gpu_kv.v.data(), vh.data(), n_el * 4);
+  } else {
+    std::vector<uint16_t> k16(n_el), v16(n_el);
+    for (size_t i = 0; i < n_el; ++i) {
+      k16[i] = f32_to_f16(kh[i]), v16[i] = f32_to_f16(vh[i]);
+      kh[i] = f16_to_f32(k16[i]), vh[i] = f16_to_f32(v16[i]);
+    }
+    be.copy_to_device(gpu_kv.k.data(), k16.data(), n_el * 2);
+    be.copy_to_device(gpu_kv.v.data(), v16.data(), n_el * 2);
+  }
+  std::memcpy(cpu_kv.k.data(), kh.data(), n_el * 4);
+  std::memcpy(cpu_kv.v.data(), vh.data(), n_el * 4);
+}
+
 // Attention over a paged cache: GQA, scattered blocks, a prefill run, decode
 // tokens past one partition, a chunk in the middle of a sequence, a sliding
 // window; against the CPU kernel on the same (f16-rounded) K/V.
@@ -498,25 +519,9 @@ TEST_P(CudaAttention, MatchesCpuAndIsBatchInvariant) {
   for (int s = 0; s < 3; ++s)
     for (int64_t b = 0; b < (ctx[size_t(s)] + bs - 1) / bs; ++b)
       tables[size_t(s)].push_back(perm[next++]);
-  // random K/V in every slot, rounded to f16 where the GPU stores f16
+  // random K/V in every slot
   const size_t n_el = size_t(n_blocks * bs * kv_dim);
-  auto kh = randn(n_el, rng), vh = randn(n_el, rng);
-  if (!f32)
-    for (size_t i = 0; i < n_el; ++i) {
-      kh[i] = f16_to_f32(f32_to_f16(kh[i]));
-      vh[i] = f16_to_f32(f32_to_f16(vh[i]));
-    }
-  std::memcpy(cpu_kv->k.data(), kh.data(), n_el * 4);
-  std::memcpy(cpu_kv->v.data(), vh.data(), n_el * 4);
-  if (f32) {
-    be->copy_to_device(gpu_kv->k.data(), kh.data(), n_el * 4);
-    be->copy_to_device(gpu_kv->v.data(), vh.data(), n_el * 4);
-  } else {
-    std::vector<uint16_t> k16(n_el), v16(n_el);
-    for (size_t i = 0; i < n_el; ++i) k16[i] = f32_to_f16(kh[i]), v16[i] = f32_to_f16(vh[i]);
-    be->copy_to_device(gpu_kv->k.data(), k16.data(), n_el * 2);
-    be->copy_to_device(gpu_kv->v.data(), v16.data(), n_el * 2);
-  }
+  load_kv(*be, randn(n_el, rng), randn(n_el, rng), f32, *cpu_kv, *gpu_kv);
   // batch: seq 0 prefill of all 70, seq 1 one decode token at 1099, seq 2 a chunk at 40..59
   auto make_batch = [&](const std::vector<std::pair<int, std::pair<int, int>>>& parts) {
     Batch b;
@@ -609,22 +614,7 @@ TEST(CudaAttention, PreRopeKeysThroughHolesMatchCpu) {
             const size_t at = (size_t(tables[0][blk]) * size_t(bs) + size_t(o)) * size_t(kv_dim);
             for (int64_t i = 0; i < kv_dim; ++i) kh[at + size_t(i)] *= 30.f;
           }
-      if (!f32)
-        for (size_t i = 0; i < n_el; ++i) {
-          kh[i] = f16_to_f32(f32_to_f16(kh[i]));
-          vh[i] = f16_to_f32(f32_to_f16(vh[i]));
-        }
-      std::memcpy(cpu_kv->k.data(), kh.data(), n_el * 4);
-      std::memcpy(cpu_kv->v.data(), vh.data(), n_el * 4);
-      if (f32) {
-        be->copy_to_device(gpu_kv->k.data(), kh.data(), n_el * 4);
-        be->copy_to_device(gpu_kv->v.data(), vh.data(), n_el * 4);
-      } else {
-        std::vector<uint16_t> k16(n_el), v16(n_el);
-        for (size_t i = 0; i < n_el; ++i) k16[i] = f32_to_f16(kh[i]), v16[i] = f32_to_f16(vh[i]);
-        be->copy_to_device(gpu_kv->k.data(), k16.data(), n_el * 2);
-        be->copy_to_device(gpu_kv->v.data(), v16.data(), n_el * 2);
-      }
+      load_kv(*be, std::move(kh), std::move(vh), f32, *cpu_kv, *gpu_kv);
       std::vector<float> inv(static_cast<size_t>(hd / 2));
       for (int64_t i = 0; i < hd / 2; ++i)
         inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
