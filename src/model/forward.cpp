@@ -1,5 +1,7 @@
 #include "model/forward.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -221,9 +223,14 @@ void forward(Backend& be, const ModelConfig& c, const ModelWeights& W, Batch& ba
       be.capture_begin();
       try {
         run_layers(be, c, W, b, kv, s, logits);
-      } catch (...) {
-        be.capture_abort();  // else the stream stays in capture and every later step fails
-        throw;
+      } catch (const std::exception& e) {
+        // nothing ran while recording: the step runs plainly (a real fault
+        // throws again there), and the next one tries to record again
+        be.capture_abort();
+        spdlog::warn("forward: a step could not be recorded as a graph ({}); ran it without",
+                     e.what());
+        run_layers(be, c, W, b, kv, s, logits);
+        return;
       }
       be.capture_end(key);
       be.replay(key);
