@@ -33,7 +33,10 @@ std::string char_class(const Ranges& r) {
   std::string out = "[";
   for (auto [lo, hi] : r) {
     out += class_bound(lo);
-    if (hi != lo) out += "-" + class_bound(hi);
+    if (hi != lo) {
+      out += '-';
+      out += class_bound(hi);
+    }
   }
   return out + "]";
 }
@@ -302,8 +305,10 @@ const std::set<std::string>& supported_keywords() {
 
 std::string sanitize(const std::string& s) {
   std::string out;
-  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
-  while (out.find("--") != std::string::npos) out.replace(out.find("--"), 2, "-");
+  for (char c : s) {
+    const char k = std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '-';
+    if (k != '-' || out.empty() || out.back() != '-') out += k;  // a run of '-' as one
+  }
   if (out.size() > 40) out.resize(40);
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out.empty() ? "x" : out;

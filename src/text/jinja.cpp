@@ -249,7 +249,12 @@ class Lexer {
   std::vector<Tok> toks_;
 };
 
+}  // namespace
+
 // ---------------------------------------------------------------- AST
+// Named, not anonymous: Template::Node holds a Body (-Wsubobject-linkage
+// once a unity build includes this file).
+namespace ast {
 
 struct Expr;
 using ExprP = std::shared_ptr<Expr>;
@@ -297,7 +302,9 @@ struct Stmt {
   std::vector<ExprP> defaults;  // Macro parameter defaults (null = required)
 };
 
-}  // namespace
+}  // namespace ast
+
+using ast::Body, ast::Expr, ast::ExprP, ast::Stmt, ast::StmtP;
 
 struct Template::Node {
   Body body;
