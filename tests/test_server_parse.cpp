@@ -155,6 +155,13 @@ TEST_F(ServerParse, OpenAiCompletions) {
   EXPECT_EQ(ids.gen.prompt, (std::vector<int32_t>{1, 504, 3575}));
   EXPECT_EQ(ids.gen.max_tokens, 4);
   EXPECT_EQ(ids.n_choices, 2);
+  EXPECT_TRUE(ids.token_prompts);  // ids the client laid out (--span-markers reads them)
+  EXPECT_FALSE(text.token_prompts);
+  const OpenAiRequest lists = openai(R"({"prompt": [[1, 504], [3575]]})", false);
+  EXPECT_EQ(lists.gen.prompt, (std::vector<int32_t>{1, 504}));
+  EXPECT_EQ(lists.more_prompts, (std::vector<std::vector<int32_t>>{{3575}}));
+  EXPECT_TRUE(lists.token_prompts);
+  EXPECT_FALSE(openai(R"({"prompt": ["a", "b"]})", false).token_prompts);
 }
 
 struct BadBody {
@@ -206,14 +213,18 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
       {true, "{" + m + R"("top_logprobs": 2})", "top_logprobs", "needs logprobs: true"},
       {true, "{" + m + R"("logprobs": 1})", "logprobs", "'logprobs' must be a boolean"},
       {false, R"({})", "prompt", "'prompt' is required"},
-      {false, R"({"prompt": 42})", "prompt", "an array of strings or an array of token ids"},
+      {false, R"({"prompt": 42})", "prompt", "an array of token ids, or an array of either"},
       {false, R"({"prompt": ""})", "prompt", "'prompt' is empty"},
       {false, R"({"prompt": [1, 2, 99999999]})", "prompt", "token id 99999999 is outside"},
       {false, R"({"prompt": [-1]})", "prompt", "token id -1 is outside"},
-      {false, R"({"prompt": []})", "prompt", "an array of strings or an array of token ids"},
-      {false, R"({"prompt": [1, "x"]})", "prompt", "an array of strings or an array of token ids"},
-      {false, R"({"prompt": [1, 2.5]})", "prompt", "an array of strings or an array of token ids"},
+      {false, R"({"prompt": []})", "prompt", "an array of token ids, or an array of either"},
+      {false, R"({"prompt": [1, "x"]})", "prompt", "an array of token ids, or an array of either"},
+      {false, R"({"prompt": [1, 2.5]})", "prompt", "an array of token ids, or an array of either"},
       {false, R"({"prompt": [1, 4294967297]})", "prompt", "token id 4294967297 is outside"},
+      {false, R"({"prompt": [[1, 2], "x"]})", "prompt", "strings or arrays of token ids, not both"},
+      {false, R"({"prompt": [[1, [2]]]})", "prompt",
+       "an array of token ids, or an array of either"},
+      {false, R"({"prompt": [[1], []]})", "prompt", "an array of token ids, or an array of either"},
       {false, R"({"prompt": "x", "stream_options": {"include_usage": "yes"}})", "include_usage",
        "'include_usage' must be a boolean"},
       {false, R"({"prompt": "x", "logprobs": 9})", "logprobs", "logprobs must be in [0, 5]"},

@@ -391,6 +391,13 @@ void register_serve(CLI::App& app) {
                 "first span (the system messages) instead of alone, and cached under it: spans "
                 "keep the real start of the prompt and miss only each other (request extra "
                 "span_context on spnl's g; default off)");
+  static std::string span_markers;
+  cmd->add_option("--span-markers", span_markers,
+                  "PLUS,CROSS,PAD[,BLOCK]: spnl's marker layout for models trained with block "
+                  "attention, e.g. 10,13,27 (block 16). Span queries are laid out with these "
+                  "ids, and a prompt of token ids gets a span from each PLUS at a multiple of "
+                  "BLOCK to the next PLUS or CROSS there. Turns on --span-cache; --span-recompute "
+                  "then defaults to 0");
   static std::string keep_alive, pooling = "mean";
   cmd->add_option("--keep-alive", keep_alive,
                   "how long a model stays loaded after a request that sets no keep_alive: a "
@@ -414,7 +421,7 @@ void register_serve(CLI::App& app) {
       "functions.",
       server::kMaxJsonDepth, server::kMaxMessages, server::kMaxTools, server::kMaxChoices,
       server::kMaxStopBytes, server::kMaxTokensAsked));
-  cmd->callback([] {
+  cmd->callback([cmd] {
     const bool prefix = cfg.engine.prefix_cache;
     EngineConfig env = EngineConfig::from_env();
     cfg.engine.prefix_cache = prefix && env.prefix_cache;
@@ -434,6 +441,16 @@ void register_serve(CLI::App& app) {
       cfg.keep_alive = *d;
     }
     cfg.pooling = *pooling_from_name(pooling);
+    if (!span_markers.empty()) {
+      try {
+        cfg.span_markers = parse_span_markers(span_markers);
+      } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError("--span-markers", e.what());
+      }
+      cfg.engine.span_cache = true;
+      // a model trained with block attention needs no repair of its spans
+      if (cmd->count("--span-recompute") == 0) cfg.engine.span_recompute = 0;
+    }
     const int rc = server::serve(cfg);
     if (rc) throw std::runtime_error("the server could not start");
   });

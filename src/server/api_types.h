@@ -29,6 +29,10 @@ struct OpenAiRequest {
   bool stream = false;           // SSE
   bool usage_in_stream = false;  // stream_options.include_usage
   ToolSetup tools;               // chat only
+  // The prompts are ids the client laid out (completions' token ids, span
+  // queries in the marker layout): with --span-markers, their markers lay
+  // out their spans.
+  bool token_prompts = false;
 };
 
 // /api/chat and /api/generate.

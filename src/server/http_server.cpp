@@ -78,11 +78,18 @@ httplib::Server::HandlerResponse check_access(const ServerConfig& cfg, const Hos
 // r's choices, prompt by prompt (a completions request may carry several);
 // all or none: a 429 on one prompt cancels the choices already queued.
 Channels submit_all(Api& api, const std::shared_ptr<const LoadedModel>& m, const OpenAiRequest& r) {
-  Channels chans = api.sub.submit(m, r.gen, r.n_choices);
+  // with --span-markers, ids the client laid out get the spans their markers lay out
+  const bool marked = api.cfg.span_markers.enabled() && r.token_prompts;
+  auto with_spans = [&](GenerateRequest g) {
+    if (marked && g.spans.empty()) g.spans = marker_spans(g.prompt, api.cfg.span_markers);
+    return g;
+  };
+  Channels chans = api.sub.submit(m, with_spans(r.gen), r.n_choices);
   const int32_t n_ctx = api.view(*m).n_ctx;
   for (const auto& prompt : r.more_prompts) {
     GenerateRequest g = r.gen;
     g.prompt = prompt;
+    g = with_spans(std::move(g));
     g.max_tokens = std::min<int64_t>(g.max_tokens, int64_t(n_ctx) - int64_t(prompt.size()));
     try {
       for (auto& c : api.sub.submit(m, g, r.n_choices)) chans.push_back(c);
@@ -124,8 +131,8 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
 
 // spnl's span query (POST /v1/query/execute?stream=): g and repeat answer a
 // ChatCompletion, map a Completion; streams are completion chunks either way.
-OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool stream,
-                           bool span_cache) {
+OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool stream, bool span_cache,
+                           const SpanMarkers& markers) {
   OpenAiRequest r;
   r.chat = q.top != SpanQuery::Top::Map;
   r.model = q.g.model;
@@ -141,9 +148,11 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
           fmt::format("the query has {} tokens; the context holds {}", ids.size(), view.n_ctx));
     return ids;
   };
+  r.token_prompts = markers.enabled();
   if (q.top == SpanQuery::Top::Map) {
     for (size_t i = 0; i < q.inputs.size(); ++i) {
-      auto ids = fit(view.tokenizer.encode(q.inputs[i], {.add_special = true}));
+      auto ids = fit(markers.enabled() ? marker_map_prompt(view, q.inputs[i], markers)
+                                       : view.tokenizer.encode(q.inputs[i], {.add_special = true}));
       if (i == 0)
         g.prompt = std::move(ids);
       else
@@ -151,7 +160,15 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
     }
   } else {
     std::vector<std::pair<int32_t, int32_t>> spans;
-    g.prompt = fit(span_prompt(view, flatten(q.g.input), spans, q.g.continue_final));
+    if (markers.enabled()) {
+      if (q.g.continue_final)
+        bad("g.continue_final_message",
+            "continue_final_message does not combine with the marker layout (--span-markers)");
+      g.prompt = fit(marker_prompt(view, q.g.input, markers));
+      spans = marker_spans(g.prompt, markers);
+    } else {
+      g.prompt = fit(span_prompt(view, flatten(q.g.input), spans, q.g.continue_final));
+    }
     // with the span cache, each plus child is a span whose KV is reused anywhere
     if (span_cache)
       for (auto [b, e] : spans) g.spans.push_back({b, e});
@@ -177,8 +194,8 @@ void span_execute(Api& api, const httplib::Request& req, httplib::Response& res)
     if (stream == "true" && q.g.repair.prompt_logprobs >= 0)
       bad("g.prompt_logprobs",
           "prompt_logprobs is answered in a whole response: it needs stream=false");
-    const OpenAiRequest r =
-        span_request(q, api.view(*m), stream == "true", api.cfg.engine.span_cache);
+    const OpenAiRequest r = span_request(q, api.view(*m), stream == "true",
+                                         api.cfg.engine.span_cache, api.cfg.span_markers);
     const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", r.chat ? "chatcmpl" : "cmpl", api.next_id++),
                           unix_now(), q.g.model};
@@ -314,6 +331,12 @@ void register_worker(httplib::Server& svr, Api& api) {
                {"max_running_requests", api.cfg.engine.max_seqs},
                {"max_queue", api.cfg.max_queue},
                {"span_cache", api.cfg.engine.span_cache},
+               {"span_markers", api.cfg.span_markers.enabled()
+                                    ? json{{"plus", api.cfg.span_markers.plus},
+                                           {"cross", api.cfg.span_markers.cross},
+                                           {"pad", api.cfg.span_markers.pad},
+                                           {"block_size", api.cfg.span_markers.block_size}}
+                                    : json()},
                {"load", load()}});
   });
 }
@@ -335,6 +358,13 @@ int serve(const ServerConfig& cfg) {
     check_same_vocab(*def, *cfg.engine.spec.draft);
     api.loop.set_draft_target(def->path);
   }
+  if (const SpanMarkers& mk = cfg.span_markers; mk.enabled())  // the operator's error: no start
+    for (int32_t id : {mk.plus, mk.cross, mk.pad})
+      if (int64_t(id) >= int64_t(def->config().n_vocab))
+        throw std::runtime_error(
+            fmt::format("--span-markers: id {} is outside {}'s vocabulary "
+                        "of {} tokens",
+                        id, cfg.default_model, def->config().n_vocab));
   def.reset();  // the pool holds it: its keep-alive decides when it goes
   GuardedServer svr(cfg.max_header_bytes);
   const HostFilter hosts(cfg.host, cfg.allowed_hosts);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/span_markers.h"
 
 namespace wick::server {
 
@@ -31,6 +32,9 @@ struct ServerConfig {
   std::chrono::milliseconds keep_alive{5 * 60 * 1000};
   Pooling pooling = Pooling::Mean;  // embeddings: how hidden states pool
   EngineConfig engine;
+  // spnl's marker layout (--span-markers): span queries are laid out with
+  // the markers, and token-id prompts get the spans their markers lay out.
+  SpanMarkers span_markers;
 };
 
 // Serves until SIGINT/SIGTERM; returns the process exit code.

@@ -32,7 +32,7 @@ constexpr size_t kMaxPrompts = 128;  // in one completions request
 // A string (encoded with the tokenizer's specials) or an array of token ids.
 std::vector<int32_t> completion_prompt(const json& p, const ModelView& m) {
   const std::string type_error =
-      "'prompt' must be a string, an array of strings or an array of token ids";
+      "'prompt' must be a string, an array of token ids, or an array of either";
   if (p.is_string()) {
     auto prompt = m.tokenizer.encode(p.get<std::string>(), {.add_special = true});
     if (prompt.empty()) bad("prompt", "'prompt' is empty");
@@ -105,10 +105,14 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   } else {
     if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
     const json& p = b["prompt"];
-    if (p.is_array() && !p.empty() && p[0].is_string()) {  // one completion per string
+    // one completion per string or per array of ids
+    if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
       if (p.size() > kMaxPrompts)
         bad("prompt", fmt::format("at most {} prompts in one request", kMaxPrompts));
       for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i].is_string() != p[0].is_string())
+          bad("prompt", "a list of prompts holds strings or arrays of token ids, not both",
+              "invalid_type");
         auto ids = completion_prompt(p[i], m);
         check_fits(ids.size(), m.n_ctx, "prompt");
         if (i == 0)
@@ -119,6 +123,7 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
     } else {
       g.prompt = completion_prompt(p, m);
     }
+    r.token_prompts = p.is_array() && !p.empty() && !p[0].is_string();
   }
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
   parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);

@@ -31,8 +31,10 @@ SpanNode parse_node(const json& j, const std::string& path, size_t depth) {
     n.kind = SpanNode::Kind::Seq;
   else if (key == "cross")
     n.kind = SpanNode::Kind::Cross;
-  else if (key == "plus" || key == "par")
+  else if (key == "plus")
     n.kind = SpanNode::Kind::Plus;
+  else if (key == "par")
+    n.kind = SpanNode::Kind::Par;
   else
     bad(path, fmt::format("{}: unknown node '{}'", path, key));
   if (!val.is_array()) bad(path, fmt::format("{}.{} must be an array", path, key), "invalid_type");
@@ -97,7 +99,8 @@ void flatten_into(const SpanNode& n, std::vector<PromptPiece>& out, bool indepen
     out.back().messages.push_back({{"role", n.role}, {"content", n.content}});
     return;
   }
-  if (n.kind == SpanNode::Kind::Plus && !independent) {
+  const bool plus = n.kind == SpanNode::Kind::Plus || n.kind == SpanNode::Kind::Par;
+  if (plus && !independent) {
     for (const SpanNode& c : n.children) {
       out.push_back({json::array(), true});
       flatten_into(c, out, true);
@@ -128,6 +131,104 @@ std::string added_text(const ChatTemplate& t, const Tokenizer& tk, const json& b
         "its continuation; span queries need one that does",
         "template_error");
   return full.substr(head.size());
+}
+
+// An independent piece follows the system messages alone (an empty one if
+// none, so that a template's default system prompt stays out of the span).
+json anchor_of(const json& systems) {
+  return systems.empty() ? json::array({{{"role", "system"}, {"content", ""}}}) : systems;
+}
+
+void append_text(const Tokenizer& tk, const std::string& text, std::vector<int32_t>& ids) {
+  auto piece = tk.encode(text, {.add_special = false, .parse_special = true});
+  ids.insert(ids.end(), piece.begin(), piece.end());
+}
+
+// The marker layout's walk: ids in the tree's order, markers where spnl's
+// layout puts them.
+class MarkerWalk {
+ public:
+  MarkerWalk(const ModelView& m, const SpanMarkers& mk)
+      : tk_(m.tokenizer), t_(tk_.chat_template, m.name), mk_(mk) {}
+
+  // local: the context of the plus child being walked (null outside one)
+  void walk(const SpanNode& n, json* local) {
+    switch (n.kind) {
+      case SpanNode::Kind::Message:
+        message(n, local);
+        break;
+      case SpanNode::Kind::Seq:
+      case SpanNode::Kind::Par:
+        for (const SpanNode& c : n.children) walk(c, local);
+        break;
+      case SpanNode::Kind::Cross:
+        for (size_t i = 0; i + 1 < n.children.size(); ++i) walk(n.children[i], local);
+        if (!n.children.empty()) {
+          marker(mk_.cross);
+          walk(n.children.back(), local);
+        }
+        break;
+      case SpanNode::Kind::Plus:
+        for (const SpanNode& c : n.children) {
+          marker(mk_.plus);
+          if (local) {  // nested: the outer child's context runs on
+            walk(c, local);
+          } else {
+            json child = anchor_of(systems_);
+            walk(c, &child);
+          }
+        }
+        break;
+    }
+  }
+
+  std::vector<int32_t> finish() {
+    if (last_marker_ == mk_.plus) marker(mk_.plus);  // the question is no span
+    append_text(tk_, added_text(t_, tk_, all_, json::array(), true), ids_);
+    return std::move(ids_);
+  }
+
+  std::vector<int32_t> map_input(const std::string& text) {
+    marker(mk_.plus);
+    const json msg = {{"role", "user"}, {"content", text}};
+    append_text(tk_, added_text(t_, tk_, anchor_of(systems_), json::array({msg}), false), ids_);
+    pad_to_block(ids_, mk_);
+    return std::move(ids_);
+  }
+
+ private:
+  void message(const SpanNode& n, json* local) {
+    const json msg = {{"role", n.role}, {"content", n.content}};
+    append_text(tk_, added_text(t_, tk_, local ? *local : all_, json::array({msg}), false), ids_);
+    if (local)
+      local->push_back(msg);
+    else if (n.role == "system")
+      systems_.push_back(msg);
+    all_.push_back(msg);
+  }
+
+  void marker(int32_t id) {
+    push_marker(ids_, id, mk_);
+    last_marker_ = id;
+  }
+
+  const Tokenizer& tk_;
+  const ChatTemplate t_;
+  const SpanMarkers& mk_;
+  std::vector<int32_t> ids_;
+  json all_ = json::array(), systems_ = json::array();  // every message; the dependent systems
+  int32_t last_marker_ = -1;
+};
+
+template <class F>
+std::vector<int32_t> with_template(const ModelView& m, F&& lay_out) {
+  if (m.tokenizer.chat_template.empty())
+    bad("input", "this model has no chat template; span queries need one");
+  try {
+    return lay_out();
+  } catch (const jinja::TemplateError& e) {
+    bad("input", e.what(), "template_error");
+  }
 }
 
 }  // namespace
@@ -184,8 +285,6 @@ std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pi
                                  std::vector<std::pair<int32_t, int32_t>>& spans,
                                  bool continue_final) {
   const Tokenizer& tk = m.tokenizer;
-  if (tk.chat_template.empty())
-    bad("input", "this model has no chat template; span queries need one");
   if (pieces.empty()) bad("input", "the query's input has no messages");
   json final_msg;  // continue_final: the message the answer continues, rendered last
   if (continue_final) {
@@ -197,21 +296,15 @@ std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pi
     last.messages.erase(last.messages.size() - 1);
     if (last.messages.empty()) pieces.pop_back();
   }
-  std::vector<int32_t> ids;
-  try {
+  return with_template(m, [&] {
+    std::vector<int32_t> ids;
     const ChatTemplate t(tk.chat_template, m.name);
     json before = json::array(), systems = json::array();
-    auto append = [&](const std::string& text) {
-      auto piece = tk.encode(text, {.add_special = false, .parse_special = true});
-      ids.insert(ids.end(), piece.begin(), piece.end());
-    };
     for (const PromptPiece& p : pieces) {
       const int32_t begin = int32_t(ids.size());
-      // an independent piece follows the system messages alone (an empty one if
-      // none, so that a template's default system prompt stays out of the span)
-      const json anchor =
-          systems.empty() ? json::array({{{"role", "system"}, {"content", ""}}}) : systems;
-      append(added_text(t, tk, p.independent ? anchor : before, p.messages, false));
+      append_text(tk,
+                  added_text(t, tk, p.independent ? anchor_of(systems) : before, p.messages, false),
+                  ids);
       if (p.independent) spans.emplace_back(begin, int32_t(ids.size()));
       for (const auto& msg : p.messages) {
         before.push_back(msg);
@@ -219,14 +312,30 @@ std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pi
       }
     }
     if (continue_final)
-      append(cut_after_final_content(added_text(t, tk, before, json::array({final_msg}), false),
-                                     final_msg["content"], "continue_final_message"));
+      append_text(
+          tk,
+          cut_after_final_content(added_text(t, tk, before, json::array({final_msg}), false),
+                                  final_msg["content"], "continue_final_message"),
+          ids);
     else
-      append(added_text(t, tk, before, json::array(), true));
-  } catch (const jinja::TemplateError& e) {
-    bad("input", e.what(), "template_error");
-  }
-  return ids;
+      append_text(tk, added_text(t, tk, before, json::array(), true), ids);
+    return ids;
+  });
+}
+
+std::vector<int32_t> marker_prompt(const ModelView& m, const SpanNode& input,
+                                   const SpanMarkers& mk) {
+  if (flatten(input).empty()) bad("input", "the query's input has no messages");
+  return with_template(m, [&] {
+    MarkerWalk w(m, mk);
+    w.walk(input, nullptr);
+    return w.finish();
+  });
+}
+
+std::vector<int32_t> marker_map_prompt(const ModelView& m, const std::string& input,
+                                       const SpanMarkers& mk) {
+  return with_template(m, [&] { return MarkerWalk(m, mk).map_input(input); });
 }
 
 }  // namespace wick::server

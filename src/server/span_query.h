@@ -9,12 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "engine/span_markers.h"
 #include "server/parse_common.h"
 
 namespace wick::server {
 
 struct SpanNode {
-  enum class Kind { Message, Seq, Cross, Plus };  // `par` inside an input reads as `plus`
+  // `par` inside an input reads as `plus`, except in the marker layout,
+  // which lays it out as `seq` (as spnl's tokenize_query does)
+  enum class Kind { Message, Seq, Cross, Plus, Par };
   Kind kind = Kind::Message;
   std::string role, content;       // Message
   std::vector<SpanNode> children;  // Seq, Cross, Plus
@@ -64,5 +67,20 @@ std::vector<PromptPiece> flatten(const SpanNode& input);
 std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pieces,
                                  std::vector<std::pair<int32_t, int32_t>>& spans,
                                  bool continue_final = false);
+
+// The same prompt in spnl's marker layout, for models trained with block
+// attention (wick serve --span-markers): the tree walked in order, each
+// message rendered as span_prompt renders it (a plus child's after the
+// system messages alone); before each plus child PAD to a block boundary and
+// PLUS; in a cross, before its last child PAD and CROSS; PAD and PLUS again
+// before the generation prompt when the last marker was a PLUS. The spans are
+// marker_spans(ids). Assistant messages are kept whole (spnl's tokenizer
+// drops their end token and crops them to a block boundary).
+std::vector<int32_t> marker_prompt(const ModelView& m, const SpanNode& input,
+                                   const SpanMarkers& mk);
+// A map input in the marker layout: PLUS, the input as a user message, PAD
+// to a block boundary (as spnl's tokenize_query lays out a map).
+std::vector<int32_t> marker_map_prompt(const ModelView& m, const std::string& input,
+                                       const SpanMarkers& mk);
 
 }  // namespace wick::server

@@ -241,3 +241,92 @@ def test_prompt_logprobs_on_g_leave_span_tokens_out(span_server):
     assert all(e is not None for e in lps[-5:])  # the question, computed
     r = requests.post(span_server.url + "/v1/query/execute", params={"stream": "true"}, data=json.dumps(q), timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "g.prompt_logprobs"
+
+
+# spnl's marker layout (`wick serve --span-markers PLUS,CROSS,PAD`): ids of
+# SmolLM2's vocabulary, as spnl's deployments use 10, 13 and 27.
+PLUS, CROSS, PAD, BLOCK = 10, 13, 27, 16
+
+
+@pytest.fixture(scope="module")
+def marker_server():
+    from conftest import Server
+    s = Server("--span-markers", f"{PLUS},{CROSS},{PAD}")
+    yield s
+    assert s.proc.poll() is None, "the server died during the tests"
+    s.stop()
+
+
+def test_marker_layout_queries_reuse_documents_without_repair(marker_server):
+    """Span queries laid out with the markers: each document a span from its PLUS,
+    found again in any order, reused whole (--span-recompute defaults to 0: a model
+    trained with block attention needs no repair); the answer is the same cold and warm."""
+    docs = [d + " " + " ".join(f"Remark {i} on the markers." for i in range(8)) for d in DOCS]
+    first = execute(marker_server, rag("What is the capital of Peru?", docs), stream=False)
+    assert first["usage"]["span_cache"]["misses"] == 3
+    again = execute(marker_server, rag("What is the capital of Peru?", docs), stream=False)
+    sc = again["usage"]["span_cache"]
+    assert sc["hits"] == 3 and sc["misses"] == 0 and sc["tokens_recomputed"] == 0
+    assert sc["tokens_reused"] >= sum(len(d) // 8 for d in docs)  # the documents' tokens, at least
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+    moved = execute(marker_server, rag("What is the capital of Peru?", docs[::-1]), stream=False)
+    assert moved["usage"]["span_cache"]["hits"] == 3
+    info = requests.get(marker_server.url + "/get_server_info", timeout=10).json()
+    assert info["span_cache"] is True
+    assert info["span_markers"] == {"plus": PLUS, "cross": CROSS, "pad": PAD, "block_size": BLOCK}
+
+
+def tokenize(server, text):
+    r = requests.post(server.url + "/tokenize", json={"content": text}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["tokens"]
+
+
+def marked(server, docs, question):
+    """Prompt ids laid out as spnl lays them out: system, each document after PAD to a
+    block boundary and PLUS, then PAD, CROSS and the question with the generation prompt."""
+    ids = tokenize(server, "<|im_start|>system\nAnswer briefly.<|im_end|>\n")
+    for d in docs:
+        ids += [PAD] * (-len(ids) % BLOCK) + [PLUS]
+        ids += tokenize(server, f"<|im_start|>user\n{d}<|im_end|>\n")
+    ids += [PAD] * (-len(ids) % BLOCK) + [CROSS]
+    return ids + tokenize(server, f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def complete(server, prompt, **kw):
+    r = requests.post(server.url + "/v1/completions", timeout=120,
+                      json={"prompt": prompt, "max_tokens": 12, "temperature": 0, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_token_id_prompts_get_the_spans_their_markers_lay_out(marker_server):
+    """A client that lays out ids itself (spnl's tokenize_query, then /v1/completions):
+    each aligned PLUS opens a span; cold and warm give the same tokens; a list of id
+    prompts is one completion each; a text prompt is never read for markers."""
+    docs = [f"Document {k}: " + " ".join(f"fact {k}.{i}" for i in range(12)) for k in range(3)]
+    ids = marked(marker_server, docs, "What does document 1 say?")
+    assert ids[::BLOCK].count(PLUS) == 3 and ids[::BLOCK].count(CROSS) == 1
+    cold = complete(marker_server, ids)
+    assert cold["usage"]["span_cache"] == {"hits": 0, "misses": 3, "tokens_reused": 0, "tokens_recomputed": 0}
+    warm = complete(marker_server, ids)
+    assert warm["usage"]["span_cache"]["hits"] == 3
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= warm["usage"]["span_cache"]["tokens_reused"] > 0
+    assert warm["choices"][0]["text"] == cold["choices"][0]["text"]
+    both = complete(marker_server, [ids, marked(marker_server, docs[::-1], "And document 2?")])
+    assert [c["index"] for c in both["choices"]] == [0, 1]
+    assert both["choices"][0]["text"] == cold["choices"][0]["text"]
+    assert both["usage"]["span_cache"]["hits"] == 6
+    text = complete(marker_server, "One + two = three. " * 20)
+    assert "span_cache" not in text["usage"]
+    r = requests.post(marker_server.url + "/v1/completions", timeout=30,
+                      json={"prompt": ["text", [1, 2]], "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+
+
+def test_span_markers_outside_the_vocabulary_stop_the_start():
+    from conftest import Server
+    with pytest.raises(RuntimeError, match="outside"):
+        Server("--span-markers", "10,13,999999")
+    with pytest.raises(RuntimeError, match="span markers"):
+        Server("--span-markers", "10,13")
