@@ -12,6 +12,7 @@
 #include "cli/spec_options.h"
 #include "engine/model_pool.h"
 #include "engine/session.h"
+#include "engine/span_markers.h"
 #include "engine/span_prompt.h"
 #include "server/http_server.h"
 #include "server/keep_alive.h"
@@ -192,9 +193,15 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--span-context", span_context,
                 "each span computed after the prompt's text before the first span (the chat "
                 "template's start) instead of alone, and cached under it");
+  static std::string span_markers;
+  cmd->add_option("--span-markers", span_markers,
+                  "PLUS,CROSS,PAD[,BLOCK]: the spans of --prompt-ids are those its markers lay "
+                  "out (spnl's layout for models trained with block attention, as wick serve "
+                  "--span-markers reads token ids); --span-recompute then defaults to 0")
+      ->needs(pi);
   add_gen_options(cmd, o);
   add_device_options(cmd);
-  cmd->callback([] {
+  cmd->callback([cmd] {
     if (prompt.empty() && prompt_ids.empty())
       throw std::runtime_error("give --prompt or --prompt-ids");
     if (!span_files.empty() && prompt.empty())
@@ -204,6 +211,15 @@ void register_generate(CLI::App& app) {
     std::vector<std::pair<int32_t, int32_t>> spans;
     if (!prompt_ids.empty()) {
       ids = parse_int_list(prompt_ids, "--prompt-ids", "a token id");
+      if (!span_markers.empty()) {
+        try {
+          spans = marker_spans(ids, parse_span_markers(span_markers));
+        } catch (const std::invalid_argument& e) {
+          throw CLI::ValidationError("--span-markers", e.what());
+        }
+        // a model trained with block attention needs no repair of its spans
+        if (cmd->count("--span-recompute") == 0) span_recompute = 0;
+      }
     } else {
       if (!m->tokenizer)
         throw std::runtime_error(m->name + ": the model has no tokenizer (use --prompt-ids)");
