@@ -183,8 +183,26 @@ OpenAiRequest span_request(const SpanQuery& q, const ModelView& view, bool strea
   return r;
 }
 
-void span_execute(Api& api, const httplib::Request& req, httplib::Response& res) {
-  const std::string endpoint = "/v1/query/execute";
+// spnl's prepare (POST /v1/query/prepare, `spnl --prepare`): the query's
+// prompt computed into the prefix and span caches with one greedy token, and
+// an answer with no choices but the usage (what was cached and reused).
+void send_prepared(Api& api, const OpenAiRequest& r, const OpenAiMeta& meta, const Channels& chans,
+                   const LoadedModel& m, bool stream, httplib::Response& res) {
+  json out = openai_response(r, meta, api.sub.wait(chans), *m.tokenizer);
+  out["choices"] = json::array();
+  if (!stream) {
+    send_json(res, 200, out);
+    return;
+  }
+  out["object"] = r.chat ? "chat.completion.chunk" : "text_completion";
+  res.set_header("Cache-Control", "no-cache");
+  res.set_content("data: " + out.dump() + "\n\ndata: [DONE]\n\n", "text/event-stream");
+}
+
+// spnl's span queries: /v1/query/execute answers them, /v1/query/prepare
+// only computes what they would reuse.
+void span_query(Api& api, bool prepare, const httplib::Request& req, httplib::Response& res) {
+  const std::string endpoint = prepare ? "/v1/query/prepare" : "/v1/query/execute";
   try {
     const SpanQuery q = parse_span_query(parse_body(req.body));  // text/plain or JSON
     auto m = find_model(q.g.model, api.cfg.default_model, true);
@@ -194,12 +212,22 @@ void span_execute(Api& api, const httplib::Request& req, httplib::Response& res)
     if (stream == "true" && q.g.repair.prompt_logprobs >= 0)
       bad("g.prompt_logprobs",
           "prompt_logprobs is answered in a whole response: it needs stream=false");
-    const OpenAiRequest r = span_request(q, api.view(*m), stream == "true",
-                                         api.cfg.engine.span_cache, api.cfg.span_markers);
+    OpenAiRequest r = span_request(q, api.view(*m), stream == "true" && !prepare,
+                                   api.cfg.engine.span_cache, api.cfg.span_markers);
+    if (prepare) {  // one sample of one greedy token: the prompt is what gets computed
+      r.n_choices = 1;
+      r.gen.max_tokens = 1;
+      r.gen.sampling.temperature = 0;
+      r.gen.prompt_logprobs = -1;
+    }
     const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", r.chat ? "chatcmpl" : "cmpl", api.next_id++),
                           unix_now(), q.g.model};
     api.metrics.count_request(endpoint, 200);
+    if (prepare) {
+      send_prepared(api, r, meta, chans, *m, stream == "true", res);
+      return;
+    }
     if (!r.stream) {
       send_json(res, 200, openai_response(r, meta, api.sub.wait(chans), *m->tokenizer));
       return;
@@ -257,7 +285,10 @@ void register_openai(httplib::Server& svr, Api& api) {
     openai_completion(api, false, req, res);
   });
   svr.Post("/v1/query/execute", [&api](const httplib::Request& req, httplib::Response& res) {
-    span_execute(api, req, res);
+    span_query(api, false, req, res);
+  });
+  svr.Post("/v1/query/prepare", [&api](const httplib::Request& req, httplib::Response& res) {
+    span_query(api, true, req, res);
   });
 }
 

@@ -330,3 +330,32 @@ def test_span_markers_outside_the_vocabulary_stop_the_start():
         Server("--span-markers", "10,13,999999")
     with pytest.raises(RuntimeError, match="span markers"):
         Server("--span-markers", "10,13")
+
+
+def test_prepare_caches_the_documents_for_execute(span_server):
+    """spnl's POST /v1/query/prepare (`spnl --prepare`): the query's documents computed
+    into the span cache with no answer (no choices, the usage); execute then hits them
+    all. Streamed, the usage comes as one SSE chunk before [DONE]; a bad query is a 400."""
+    docs = [d + " " + " ".join(f"Prepared line {i}." for i in range(9)) for d in DOCS]
+    q = rag("What is the capital of France?", docs)
+    r = requests.post(span_server.url + "/v1/query/prepare", params={"stream": "false"},
+                      data=json.dumps(q), headers={"Content-Type": "text/plain"}, timeout=120)
+    assert r.status_code == 200, r.text
+    prep = r.json()
+    assert prep["choices"] == [] and prep["usage"]["span_cache"]["misses"] == 3
+    assert prep["usage"]["completion_tokens"] <= 1
+    out = execute(span_server, rag("What is the capital of Peru?", docs[::-1]), stream=False)
+    assert out["usage"]["span_cache"]["hits"] == 3 and out["usage"]["span_cache"]["misses"] == 0
+    assert "Lima" in out["choices"][0]["message"]["content"]
+    docs2 = [d + " Also prepared by a stream." for d in docs]
+    r = requests.post(span_server.url + "/v1/query/prepare", params={"stream": "true"},
+                      data=json.dumps(rag("Q?", docs2)), timeout=120)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    lines = [l for l in r.text.splitlines() if l]
+    assert lines[-1] == "data: [DONE]" and len(lines) == 2
+    chunk = json.loads(lines[0][6:])
+    assert chunk["choices"] == [] and chunk["usage"]["span_cache"]["misses"] == 3
+    again = execute(span_server, rag("Q?", docs2), stream=False)["usage"]["span_cache"]
+    assert again["hits"] == 3
+    bad = requests.post(span_server.url + "/v1/query/prepare", data='{"g": {"model": "x"}}', timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "g.input"
