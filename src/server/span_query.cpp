@@ -183,6 +183,7 @@ class MarkerWalk {
   }
 
   std::vector<int32_t> finish() {
+    if (all_.empty()) bad("input", "the query's input has no messages");
     if (last_marker_ == mk_.plus) marker(mk_.plus);  // the question is no span
     append_text(tk_, added_text(t_, tk_, all_, json::array(), true), ids_);
     return std::move(ids_);
@@ -325,7 +326,6 @@ std::vector<int32_t> span_prompt(const ModelView& m, std::vector<PromptPiece> pi
 
 std::vector<int32_t> marker_prompt(const ModelView& m, const SpanNode& input,
                                    const SpanMarkers& mk) {
-  if (flatten(input).empty()) bad("input", "the query's input has no messages");
   return with_template(m, [&] {
     MarkerWalk w(m, mk);
     w.walk(input, nullptr);
