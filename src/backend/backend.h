@@ -74,6 +74,7 @@ struct AttnShape {
   int64_t n_head, n_head_kv, head_dim;
   int64_t sliding_window;           // 0 = none; else each token sees this many positions
   const float* inv_freq = nullptr;  // [head_dim / 2] RoPE frequencies (for pre-RoPE keys)
+  float score_factor = 1.f;         // on q.k / sqrt(head_dim) (YaRN: its attention factor squared)
 };
 
 struct KvSpec {
@@ -96,6 +97,11 @@ struct BackendOptions {
   double gpu_memory_fraction = 0.90;  // of the device's memory wick may use
   int gpu_index = 0;
   std::string quantize;  // at load: f32/f16/bf16 matrices quantized to this plan ("" keeps them)
+  // At load: rope scaling over the model's (none/linear/yarn; "" keeps it),
+  // its scale, and YaRN's trained context (0: the model's).
+  std::string rope_scaling;
+  float rope_scale = 0.f;
+  int64_t yarn_orig_ctx = 0;
 };
 
 class Backend {

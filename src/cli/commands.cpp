@@ -110,6 +110,13 @@ void register_info(CLI::App& app) {
               {"sliding_window", c.sliding_window},
               {"tied_embeddings", c.tie_embeddings},
               {"tokenizer", m->tokenizer_kind}};
+    if (c.rope_type == "yarn") {
+      j["rope_scale"] = c.rope_scale;
+      j["rope_original_context"] = c.rope_orig_ctx;
+      j["rope_attention_factor"] = c.rope_attn_factor;
+    } else if (c.rope_type == "linear") {
+      j["rope_scale"] = c.rope_scale;
+    }
     if (as_json) {
       fmt::print("{}\n", j.dump(2));
       return;
@@ -128,7 +135,13 @@ void register_info(CLI::App& app) {
     if (c.is_moe())
       fmt::print("experts       {} ({} per token, ff {})\n", c.n_expert, c.n_expert_used,
                  c.n_ff_expert);
-    fmt::print("rope          theta {} · {}\n", c.rope_theta, c.rope_type);
+    fmt::print("rope          theta {} · {}", c.rope_theta, c.rope_type);
+    if (c.rope_type == "yarn")
+      fmt::print(" · x{} of {} · attention factor {:.4f}", c.rope_scale, c.rope_orig_ctx,
+                 c.rope_attn_factor);
+    else if (c.rope_type == "linear")
+      fmt::print(" · x{}", c.rope_scale);
+    fmt::print("\n");
     if (c.sliding_window) fmt::print("window        {}\n", c.sliding_window);
     fmt::print("tokenizer     {}\n", m->tokenizer_kind);
   });

@@ -12,6 +12,9 @@ struct Parsed {
   bool gpu_f32 = false;
   double gpu_memory_fraction = 0.90;
   std::string quantize;
+  std::string rope_scaling;
+  float rope_scale = 0.f;
+  int64_t yarn_orig_ctx = 0;
 };
 Parsed& parsed() {
   static Parsed p;
@@ -36,6 +39,17 @@ void add_device_options(CLI::App* cmd) {
                   "parallel): q8_0, q6_k, q5_k_m, q4_k_m, q4_0, ... (the types of wick quantize)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
                              "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
+  cmd->add_option("--rope-scaling", p.rope_scaling,
+                  "RoPE scaling over the model's own: none, linear or yarn (with --rope-scale; "
+                  "as llama.cpp's flags)")
+      ->check(CLI::IsMember({"none", "linear", "yarn"}));
+  cmd->add_option("--rope-scale", p.rope_scale,
+                  "how far --rope-scaling stretches the trained context (e.g. 4: 32768 -> 131072)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--yarn-orig-ctx", p.yarn_orig_ctx,
+                  "the context the model was trained at, for --rope-scaling yarn (default: the "
+                  "model's)")
+      ->check(CLI::PositiveNumber);
   // Models loaded through the pool use these options.
   cmd->parse_complete_callback([] { ModelPool::global().set_backend(backend_options()); });
 }
@@ -54,6 +68,9 @@ BackendOptions backend_options() {
   o.gpu_f32 = p.gpu_f32;
   o.gpu_memory_fraction = p.gpu_memory_fraction;
   o.quantize = p.quantize;
+  o.rope_scaling = p.rope_scaling;
+  o.rope_scale = p.rope_scale;
+  o.yarn_orig_ctx = p.yarn_orig_ctx;
   return o;
 }
 

@@ -34,7 +34,14 @@ SpecConfig spec_config(const SpecOptions& o) {
   SpecConfig c = o.cfg;
   const std::string method = o.method.empty() ? (o.draft.empty() ? "off" : "draft") : o.method;
   c.method = *spec_method_from_name(method);
-  if (!o.draft.empty()) c.draft = load_model_and_tokenizer(o.draft, {}, backend_options());
+  if (!o.draft.empty()) {
+    // the draft keeps its own RoPE: --rope-scaling describes the target
+    BackendOptions draft = backend_options();
+    draft.rope_scaling.clear();
+    draft.rope_scale = 0.f;
+    draft.yarn_orig_ctx = 0;
+    c.draft = load_model_and_tokenizer(o.draft, {}, draft);
+  }
   if (auto err = c.validate(); !err.empty()) throw std::runtime_error(err);
   return c;
 }

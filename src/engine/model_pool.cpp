@@ -98,6 +98,7 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   lm->path = path;
   if (progress) progress(0.f);
   lm->model = load_model(lm->path);
+  override_rope(lm->model->config, opt.rope_scaling, opt.rope_scale, opt.yarn_orig_ctx, lm->path);
   if (!opt.quantize.empty()) {
     auto plan = quant_plan_from_name(opt.quantize);
     if (!plan)

@@ -80,6 +80,76 @@ std::vector<float> llama3_freq_factors(int64_t head_dim, float theta, float fact
   return ff;
 }
 
+float yarn_mscale(float factor, float mscale) {
+  return factor <= 1.f ? 1.f : float(0.1 * double(mscale) * std::log(double(factor)) + 1.0);
+}
+
+void set_yarn(ModelConfig& c, const std::string& src, float factor, int64_t orig_ctx,
+              float beta_fast, float beta_slow, bool truncate, float attention_factor) {
+  if (!(factor > 0.f) || orig_ctx <= 0 || !(beta_fast > 0.f) || !(beta_slow > 0.f))
+    throw_model(
+        "{}: yarn rope scaling needs a positive factor, original context and betas "
+        "(got factor {}, original context {}, beta_fast {}, beta_slow {})",
+        src, factor, orig_ctx, beta_fast, beta_slow);
+  // The pair index at which a frequency turns n_rot times over the trained
+  // context: pairs below beta_fast's keep their frequency (extrapolated),
+  // pairs above beta_slow's are divided by the factor (interpolated), and a
+  // linear ramp joins the two.
+  const double dim = double(c.head_dim), base = c.rope_theta;
+  auto pair_at = [&](double n_rot) {
+    return dim * std::log(double(orig_ctx) / (n_rot * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double lo = pair_at(beta_fast), hi = pair_at(beta_slow);
+  if (truncate) lo = std::floor(lo), hi = std::ceil(hi);
+  lo = std::max(lo, 0.0);
+  hi = std::min(hi, dim - 1);
+  if (lo == hi) hi += 0.001;
+  c.rope_freq_factors.resize(size_t(c.head_dim / 2));
+  for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+    const double extrapolated = 1.0 - std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0);
+    c.rope_freq_factors[size_t(i)] = float(1.0 / ((1.0 - extrapolated) / factor + extrapolated));
+  }
+  c.rope_type = "yarn";
+  c.rope_scale = factor;
+  c.rope_orig_ctx = orig_ctx;
+  c.yarn_beta_fast = beta_fast;
+  c.yarn_beta_slow = beta_slow;
+  c.yarn_truncate = truncate;
+  c.rope_attn_factor = attention_factor > 0.f ? attention_factor : yarn_mscale(factor);
+  c.n_ctx_train = std::max(c.n_ctx_train, int64_t(double(orig_ctx) * factor));
+}
+
+void override_rope(ModelConfig& c, const std::string& type, float scale, int64_t orig_ctx,
+                   const std::string& src) {
+  if (type.empty()) {
+    if (scale > 0.f || orig_ctx > 0)
+      throw_model("{}: --rope-scale and --yarn-orig-ctx need --rope-scaling linear or yarn", src);
+    return;
+  }
+  if (type != "none" && type != "linear" && type != "yarn")
+    throw_model("{}: --rope-scaling {}: expected none, linear or yarn", src, type);
+  if (type != "none" && !(scale > 0.f))
+    throw_model("{}: --rope-scaling {} needs --rope-scale F (the context's stretch, e.g. 4)", src,
+                type);
+  // The context the model was trained at: a scaled model's original one.
+  const int64_t trained = c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx_train;
+  c.rope_freq_factors.clear();
+  c.rope_type = "default";
+  c.rope_scale = 1.f;
+  c.rope_orig_ctx = 0;
+  c.rope_attn_factor = 1.f;
+  c.n_ctx_train = trained;
+  if (type == "linear") {
+    c.rope_type = "linear";
+    c.rope_scale = scale;
+    c.rope_orig_ctx = trained;
+    c.rope_freq_factors.assign(size_t(c.head_dim / 2), scale);
+    c.n_ctx_train = std::max(trained, int64_t(double(trained) * scale));
+  } else if (type == "yarn") {
+    set_yarn(c, src, scale, orig_ctx > 0 ? orig_ctx : trained);
+  }
+}
+
 namespace {
 
 template <typename T>
@@ -111,10 +181,30 @@ void read_rope(const json& j, ModelConfig& c, const std::string& src) {
                             get_or<float>(params, "low_freq_factor", 1.f),
                             get_or<float>(params, "high_freq_factor", 4.f), orig);
   } else if (type == "linear") {
-    c.rope_freq_factors.assign(size_t(c.head_dim / 2), get_or<float>(params, "factor", 1.f));
+    c.rope_scale = get_or<float>(params, "factor", 1.f);
+    c.rope_freq_factors.assign(size_t(c.head_dim / 2), c.rope_scale);
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: a missing factor is the ratio
+    // of the two contexts; a missing attention_factor comes from the factor
+    // (or from mscale / mscale_all_dim where both are given); betas 0 mean
+    // the defaults.
+    const auto orig =
+        int64_t(get_or<double>(params, "original_max_position_embeddings", double(c.n_ctx_train)));
+    const float factor = get_or<float>(
+        params, "factor", float(double(c.n_ctx_train) / double(std::max<int64_t>(1, orig))));
+    float attention = get_or<float>(params, "attention_factor", 0.f);
+    const float mscale = get_or<float>(params, "mscale", 0.f),
+                mscale_all = get_or<float>(params, "mscale_all_dim", 0.f);
+    if (attention <= 0.f && mscale > 0.f && mscale_all > 0.f)
+      attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all);
+    float beta_fast = get_or<float>(params, "beta_fast", 0.f),
+          beta_slow = get_or<float>(params, "beta_slow", 0.f);
+    set_yarn(c, src, factor, orig, beta_fast > 0.f ? beta_fast : 32.f,
+             beta_slow > 0.f ? beta_slow : 1.f, get_or<bool>(params, "truncate", true), attention);
   } else {
-    throw_model("{}: rope scaling type '{}' is not supported (supported: default, linear, llama3)",
-                src, type);
+    throw_model(
+        "{}: rope scaling type '{}' is not supported (supported: default, linear, llama3, yarn)",
+        src, type);
   }
 }
 
@@ -249,10 +339,25 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (auto type = f.get_str(a + ".rope.scaling.type"); type && *type != "none") {
     c.rope_type = *type;
     float factor = float(f.get_float(a + ".rope.scaling.factor").value_or(1.0));
-    if (*type == "linear")
+    if (*type == "linear") {
+      c.rope_scale = factor;
       c.rope_freq_factors.assign(size_t(c.head_dim / 2), factor);
-    else if (*type != "llama3")
-      throw_model("{}: rope scaling type '{}' is not supported", src, *type);
+    } else if (*type == "yarn") {
+      // llama.cpp's keys: cos and sin scaled by yarn_attn_factor times the
+      // factor's own 0.1 ln(factor) + 1.
+      auto orig = f.get_int(a + ".rope.scaling.original_context_length");
+      if (!orig)
+        throw_model("{}: yarn rope scaling without {}.rope.scaling.original_context_length", src,
+                    a);
+      auto key = [&](const char* k, double d) {
+        return float(f.get_float(a + ".rope.scaling." + k).value_or(d));
+      };
+      set_yarn(c, src, factor, *orig, key("yarn_beta_fast", 32.0), key("yarn_beta_slow", 1.0), true,
+               key("yarn_attn_factor", 1.0) * yarn_mscale(factor));
+    } else if (*type != "llama3") {
+      throw_model("{}: rope scaling type '{}' is not supported (supported: linear, llama3, yarn)",
+                  src, *type);
+    }
   }
   // llama.cpp stores llama3 scaling as a tensor of per-frequency divisors.
   if (auto* rf = f.tensors().find("rope_freqs.weight")) {

@@ -25,10 +25,19 @@ struct ModelConfig {
   int64_t n_ctx_train = 0;  // max_position_embeddings / context_length
   float rms_eps = 1e-6f;
   float rope_theta = 10000.f;
-  // Per-frequency divisors (head_dim / 2 of them) from rope scaling: llama3
-  // or linear. Empty when the model uses plain RoPE.
+  // Per-frequency divisors (head_dim / 2 of them) from rope scaling: llama3,
+  // linear or yarn. Empty when the model uses plain RoPE.
   std::vector<float> rope_freq_factors;
   std::string rope_type = "default";
+  // YaRN: the scale the trained context is stretched by, that context (0:
+  // not known, n_ctx_train), the
+  // ramp's bounds in rotations, and HF's attention_factor (cos and sin are
+  // multiplied by it, so attention scores by its square).
+  float rope_scale = 1.f;
+  int64_t rope_orig_ctx = 0;
+  float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;
+  bool yarn_truncate = true;
+  float rope_attn_factor = 1.f;
   bool tie_embeddings = false;
   bool qkv_bias = false;       // Qwen2, or Llama with attention_bias
   bool o_bias = false;         // Llama with attention_bias
@@ -57,5 +66,20 @@ ModelConfig config_from_gguf(const GgufFile& f);
 std::vector<float> llama3_freq_factors(int64_t head_dim, float theta, float factor,
                                        float low_freq_factor, float high_freq_factor,
                                        float original_max_pos);
+
+// YaRN rope scaling (rope_type "yarn"), as transformers computes it: the
+// frequencies' divisors and n_ctx_train of at least orig_ctx * factor.
+// attention_factor <= 0 takes the paper's 0.1 ln(factor) + 1.
+void set_yarn(ModelConfig& c, const std::string& source, float factor, int64_t orig_ctx,
+              float beta_fast = 32.f, float beta_slow = 1.f, bool truncate = true,
+              float attention_factor = 0.f);
+// YaRN's attention factor for a scale (1 at or below 1).
+float yarn_mscale(float factor, float mscale = 1.f);
+
+// The command line's rope scaling over the model's (llama.cpp's --rope-scaling,
+// --rope-scale, --yarn-orig-ctx): type "none", "linear" or "yarn"; "" keeps
+// the model's. orig_ctx 0 = the model's trained context.
+void override_rope(ModelConfig& c, const std::string& type, float scale, int64_t orig_ctx,
+                   const std::string& source);
 
 }  // namespace wick

@@ -152,6 +152,19 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
   if (c.rope_type == "linear") {
     w.set(a + ".rope.scaling.type", GgufValue::str("linear"));
     w.set(a + ".rope.scaling.factor", GgufValue::f32(c.rope_freq_factors.at(0)));
+  } else if (c.rope_type == "yarn") {
+    // llama.cpp always rounds the ramp's ends outward (transformers' truncate)
+    if (!c.yarn_truncate)
+      throw_model("convert: {}: yarn rope scaling with truncate=false has no GGUF form", hf_dir);
+    w.set(a + ".rope.scaling.type", GgufValue::str("yarn"));
+    w.set(a + ".rope.scaling.factor", GgufValue::f32(c.rope_scale));
+    w.set(a + ".rope.scaling.original_context_length", GgufValue::u32(uint32_t(c.rope_orig_ctx)));
+    const float extra = c.rope_attn_factor / yarn_mscale(c.rope_scale);
+    if (extra != 1.f) w.set(a + ".rope.scaling.yarn_attn_factor", GgufValue::f32(extra));
+    if (c.yarn_beta_fast != 32.f)
+      w.set(a + ".rope.scaling.yarn_beta_fast", GgufValue::f32(c.yarn_beta_fast));
+    if (c.yarn_beta_slow != 1.f)
+      w.set(a + ".rope.scaling.yarn_beta_slow", GgufValue::f32(c.yarn_beta_slow));
   }
   w.set("general.file_type", GgufValue::u32(plan.file_type()));
 

@@ -117,7 +117,13 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
                 KvStore& kv, ForwardScratch& s, float* logits, bool hidden_states = false,
                 bool deviation = false) {
   const int64_t T = b.n_tokens, D = c.n_embd, hd = c.head_dim, n_out = b.n_logits;
-  const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>()};
+  // HF's attention factor multiplies cos and sin, so q.k by its square
+  const AttnShape shape{c.n_head,
+                        c.n_head_kv,
+                        hd,
+                        c.sliding_window,
+                        s.inv_freq.as<float>(),
+                        c.rope_attn_factor * c.rope_attn_factor};
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
         *v = s.v.as<float>(), *attn = s.attn.as<float>(), *proj = s.proj.as<float>();
 

@@ -265,6 +265,33 @@ TEST_P(TinyOnGpu, FusedNormDecodesAsTwoKernels) {
 INSTANTIATE_TEST_SUITE_P(AllArchs, TinyOnGpu, ::testing::ValuesIn(archs()),
                          [](const auto& info) { return info.param; });
 
+// YaRN (the tiny llama stretched 4x from 64 positions) on the GPU against the
+// CPU, past the trained context: the frequencies' divisors and the scores'
+// factor reach every attention kernel (prefill, decode; f32 and f16 caches;
+// keys rotated when written and before RoPE).
+TEST(YarnOnGpu, MatchesTheCpu) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  auto m = load_model(tiny_dir("llama"));
+  set_yarn(m->config, "test", 4.f, 64);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back(int32_t(3 + (i * 131 + 7) % 500));
+  const auto want = run_all_logits(*m, ids);
+  for (bool f32 : {true, false}) {
+    auto dm = prepare_model(*m, make_backend(cuda_opts(f32)));
+    for (int64_t chunk : {0, 1})
+      for (bool pre_rope : {false, true}) {
+        const double e = rel_err(
+            run_all_logits(*dm->backend, m->config, dm->weights, ids, chunk, pre_rope), want);
+        std::printf("[ report ] yarn %-7s chunk %lld %-8s relative error %.2e\n",
+                    f32 ? "gpu-f32" : "bf16", (long long)chunk, pre_rope ? "pre-rope" : "rotated",
+                    e);
+        EXPECT_LT(e, f32 ? 1e-4 : 3e-2) << (f32 ? "gpu-f32" : "bf16") << " chunk " << chunk
+                                         << (pre_rope ? " pre-rope" : "");
+      }
+  }
+}
+
 // Named intermediates of the tiny llama, CPU against GPU: every tensor
 // within bf16 tolerance; the table shows where error enters.
 TEST(TraceOnGpu, IntermediatesTrackTheCpu) {

@@ -20,7 +20,9 @@ def load_safetensors(folder):
     from safetensors.numpy import load_file
     t = load_file(f"{folder}/model.safetensors")
     cfg = json.load(open(f"{folder}/config.json"))
-    rp = cfg.get("rope_parameters") or {"rope_theta": cfg.get("rope_theta", 10000.0)}
+    rp = cfg.get("rope_parameters") or dict(cfg.get("rope_scaling") or {},
+                                            rope_theta=cfg.get("rope_theta", 10000.0))
+    rp.setdefault("rope_type", rp.get("type", "default"))
     W = {"embd": t["model.embed_tokens.weight"], "norm": t["model.norm.weight"],
          "out": t.get("lm_head.weight", t["model.embed_tokens.weight"]), "layers": []}
     for i in range(cfg["num_hidden_layers"]):
@@ -35,7 +37,33 @@ def load_safetensors(folder):
               eps=cfg["rms_norm_eps"], theta=rp["rope_theta"], interleaved=False, freq_factors=None)
     if rp.get("rope_type") == "llama3":
         hp["freq_factors"] = llama3_factors(hp["head_dim"], rp)
+    elif rp.get("rope_type") == "yarn":
+        hp["inv_freq"], hp["attn_factor"] = yarn_params(hp["head_dim"], rp, cfg["max_position_embeddings"])
     return W, hp
+
+
+def yarn_params(hd, rp, max_pos):
+    """transformers' YaRN: (inverse frequencies, attention factor on cos and sin)."""
+    import math
+    base, orig = rp["rope_theta"], rp.get("original_max_position_embeddings") or max_pos
+    factor = rp.get("factor") or max_pos / orig
+    mscale = lambda s, m=1.0: 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+    af = rp.get("attention_factor")
+    if af is None:
+        ms, ms_all = rp.get("mscale"), rp.get("mscale_all_dim")
+        af = mscale(factor, ms) / mscale(factor, ms_all) if ms and ms_all else mscale(factor)
+    beta_fast, beta_slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+    dim_at = lambda n_rot: hd * math.log(orig / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+    lo, hi = dim_at(beta_fast), dim_at(beta_slow)
+    if rp.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, hd - 1)
+    if lo == hi:
+        hi += 0.001
+    ext = 1 - np.clip((np.arange(hd // 2) - lo) / (hi - lo), 0, 1)
+    pos_freqs = base ** (np.arange(0, hd, 2) / hd)
+    inv = (1 / (factor * pos_freqs)) * (1 - ext) + (1 / pos_freqs) * ext
+    return inv, af
 
 
 def llama3_factors(hd, rp):
@@ -85,8 +113,11 @@ def rope(x, pos, hp):
     inv = 1.0 / hp["theta"] ** (np.arange(0, hd, 2) / hd)
     if hp["freq_factors"] is not None:
         inv = inv / np.asarray(hp["freq_factors"], dtype=np.float64)
+    if hp.get("inv_freq") is not None:
+        inv = hp["inv_freq"]
     ang = pos[:, None, None] * inv[None, None, :]
-    c, s = np.cos(ang), np.sin(ang)
+    af = hp.get("attn_factor", 1.0)  # YaRN scales cos and sin (transformers)
+    c, s = np.cos(ang) * af, np.sin(ang) * af
     if hp["interleaved"]:  # pairs (2i, 2i+1)
         a, b = x[..., 0::2], x[..., 1::2]
         y = np.empty_like(x)

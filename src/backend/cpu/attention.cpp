@@ -60,7 +60,7 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
   const auto& k = simd();
   const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size;
   if (hd > 512) throw std::runtime_error("CPU attention: head_dim above 512");
-  const float scale = 1.f / std::sqrt(float(hd));
+  const float scale = 1.f / std::sqrt(float(hd)) * s.score_factor;
   // Adjacent runs of one sequence at increasing positions (a placed span's
   // scattered rows) are one stretch: its key chunks are read once for all.
   std::vector<std::pair<int64_t, int64_t>> stretches;  // first token, count

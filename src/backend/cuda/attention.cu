@@ -185,7 +185,7 @@ __device__ __forceinline__ void chunk_scores(const AttnArgs& a, const BatchArgs&
                                              const __half (*ks)[LD], int k0, int part_lo,
                                              int part_hi, float (&sc)[8][4], float (&mx)[2]) {
   const int lane = threadIdx.x & 31, c = lane & 3;
-  const float scale = rsqrtf(float(HD)) * kLog2e;
+  const float scale = rsqrtf(float(HD)) * a.score_factor * kLog2e;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -550,7 +550,7 @@ __global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
     qv[i] = d < HD ? q[d] : 0.f;
     acc[i] = 0.f;
   }
-  const float scale = rsqrtf(float(HD));
+  const float scale = rsqrtf(float(HD)) * a.score_factor;
   float m = -INFINITY, l = 0.f;
   for (int j = lo; j <= pos; ++j) {
     if (!slot_filled(b, fill, j)) continue;

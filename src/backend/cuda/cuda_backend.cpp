@@ -373,7 +373,8 @@ class CudaBackend final : public Backend {
                      int(s.head_dim),
                      int(s.sliding_window),
                      kv.dtype == DType::F16,
-                     kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr};
+                     kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr,
+                     s.score_factor};
     cuda::attention(a, b, st_);
   }
   void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,

@@ -123,6 +123,7 @@ struct AttnArgs {
   int n_head, n_head_kv, head_dim, sliding_window;
   bool cache_f16;
   const float* rope = nullptr;  // pre-RoPE keys: rope_table rows to rotate them by, else null
+  float score_factor = 1.f;     // on q.k / sqrt(head_dim) (YaRN)
 };
 // Keys are split into partitions of this many positions, each reduced on
 // its own and combined in partition order (flash-decoding).
