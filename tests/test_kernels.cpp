@@ -393,24 +393,38 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
       const int64_t T = batch.n_tokens();
       std::vector<float> q(size_t(T * n_head * hd));
       for (auto& v : q) v = 2.f * nd(rng);  // scores of spread ~2: uneven softmax weights
-      std::vector<float> out(q.size(), NAN);
-      cpu::attention(q.data(), kc.data(), vc.data(), kv_dim, args,
-                     AttnShape{n_head, n_head_kv, hd, window}, nullptr, out.data());
-      const auto ref = ref_attention(q, kc, vc, batch.positions, batch.seq_of, tables, bs, n_head,
-                                     n_head_kv, hd, window);
-      const double tol = 5e-6 * v_max;
-      double ref_mag = 0;
-      for (size_t i = 0; i < ref.size(); ++i) {
-        ref_mag = std::max(ref_mag, std::fabs(ref[i]));
-        const double err = std::fabs(double(out[i]) - ref[i]);
-        worst = std::max(worst, err / v_max);
-        const int64_t t = int64_t(i) / (n_head * hd), h = int64_t(i) / hd % n_head;
-        ASSERT_LE(err, tol) << "hd " << hd << " gqa " << gqa << " block " << bs << " window "
-                            << window << ": token " << t << " (seq " << batch.seq_of[size_t(t)]
-                            << ", pos " << batch.positions[size_t(t)] << ") head " << h << " dim "
-                            << i % size_t(hd) << ": " << out[i] << " vs " << ref[i];
+      // an f32 cache, and an f16 one against the reference on its rounded values
+      std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+      std::vector<float> kr(kc.size()), vr(vc.size());
+      for (size_t i = 0; i < kc.size(); ++i) {
+        kh[i] = std::isnan(kc[i]) ? 0x7e00 : f32_to_f16(kc[i]);
+        vh[i] = std::isnan(vc[i]) ? 0x7e00 : f32_to_f16(vc[i]);
+        kr[i] = f16_to_f32(kh[i]);
+        vr[i] = f16_to_f32(vh[i]);
       }
-      ASSERT_GT(ref_mag, 0.1);  // real values, not all zero
+      for (DType dt : {DType::F32, DType::F16}) {
+        const bool f16 = dt == DType::F16;
+        std::vector<float> out(q.size(), NAN);
+        cpu::attention(q.data(), f16 ? (const void*)kh.data() : kc.data(),
+                       f16 ? (const void*)vh.data() : vc.data(), dt, kv_dim, args,
+                       AttnShape{n_head, n_head_kv, hd, window}, nullptr, out.data());
+        const auto ref = ref_attention(q, f16 ? kr : kc, f16 ? vr : vc, batch.positions,
+                                       batch.seq_of, tables, bs, n_head, n_head_kv, hd, window);
+        const double tol = 5e-6 * v_max;
+        double ref_mag = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          ref_mag = std::max(ref_mag, std::fabs(ref[i]));
+          const double err = std::fabs(double(out[i]) - ref[i]);
+          worst = std::max(worst, err / v_max);
+          const int64_t t = int64_t(i) / (n_head * hd), h = int64_t(i) / hd % n_head;
+          ASSERT_LE(err, tol) << "hd " << hd << " gqa " << gqa << " block " << bs << " window "
+                              << window << ": token " << t << " (seq " << batch.seq_of[size_t(t)]
+                              << ", pos " << batch.positions[size_t(t)] << ") head " << h << " dim "
+                              << i % size_t(hd) << ": " << out[i] << " vs " << ref[i]
+                              << (f16 ? " (f16 cache)" : "");
+        }
+        ASSERT_GT(ref_mag, 0.1);  // real values, not all zero
+      }
       ++checked;
     }
   }

@@ -58,7 +58,14 @@ bool cuda_available() {
 std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
   Device d = opt.device;
   if (d == Device::Auto) d = cuda_available() ? Device::Cuda : Device::Cpu;
-  if (d == Device::Cpu) return make_cpu_backend();
+  const std::string& kv = opt.kv_cache_dtype;
+  if (!kv.empty() && kv != "f32" && kv != "f16")
+    throw std::runtime_error("--kv-cache-dtype " + kv + ": expected f32 or f16");
+  if (d == Device::Cpu) return make_cpu_backend(kv == "f16" ? DType::F16 : DType::F32);
+  // the GPU's cache follows --gpu-f32 (its kernels pair f32 weights with an f32 cache)
+  if (!kv.empty() && (kv == "f32") != opt.gpu_f32)
+    throw std::runtime_error("--kv-cache-dtype " + kv + " on the GPU: its cache is f16, f32 with " +
+                             "--gpu-f32");
 #ifdef WICK_CUDA
   if (cuda_device_count() == 0)
     throw std::runtime_error("--device cuda: no CUDA GPU is visible (" + cuda_status() + ")");

@@ -12,6 +12,7 @@ struct Parsed {
   bool gpu_f32 = false;
   double gpu_memory_fraction = 0.90;
   std::string quantize;
+  std::string kv_cache_dtype;
   std::string rope_scaling;
   float rope_scale = 0.f;
   int64_t yarn_orig_ctx = 0;
@@ -39,6 +40,10 @@ void add_device_options(CLI::App* cmd) {
                   "parallel): q8_0, q6_k, q5_k_m, q4_k_m, q4_0, ... (the types of wick quantize)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
                              "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
+  cmd->add_option("--kv-cache-dtype", p.kv_cache_dtype,
+                  "the KV cache's type: f32 or f16 (half the memory; default f32 on the CPU, f16 "
+                  "on a GPU, f32 there with --gpu-f32)")
+      ->check(CLI::IsMember({"f32", "f16"}));
   cmd->add_option("--rope-scaling", p.rope_scaling,
                   "RoPE scaling over the model's own: none, linear or yarn (with --rope-scale; "
                   "as llama.cpp's flags)")
@@ -68,6 +73,7 @@ BackendOptions backend_options() {
   o.gpu_f32 = p.gpu_f32;
   o.gpu_memory_fraction = p.gpu_memory_fraction;
   o.quantize = p.quantize;
+  o.kv_cache_dtype = p.kv_cache_dtype;
   o.rope_scaling = p.rope_scaling;
   o.rope_scale = p.rope_scale;
   o.yarn_orig_ctx = p.yarn_orig_ctx;

@@ -1,4 +1,5 @@
-// Causal attention through the batch's block table, on f32 K/V, over key
+// Causal attention through the batch's block table, on f32 or f16 K/V (f16
+// rows widened to f32 as a chunk is read: half the bytes), over key
 // chunks of 64 positions with an online softmax: no score row longer than a
 // chunk is kept, and each K/V chunk is read (and, for pre-RoPE keys, rotated)
 // once for every query of a run and every head of a KV head's group, its keys
@@ -55,11 +56,14 @@ void RopeTable::ensure(const float* inv_freq, int64_t head_dim, int64_t n_pos) {
   n_pos_ = n_pos;
 }
 
-void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim, const BatchArgs& b,
-               const AttnShape& s, const RopeTable* rope, float* out) {
+void attention(const float* q, const void* kl, const void* vl, DType dtype, int64_t kv_dim,
+               const BatchArgs& b, const AttnShape& s, const RopeTable* rope, float* out) {
   const auto& k = simd();
   const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size;
   if (hd > 512) throw std::runtime_error("CPU attention: head_dim above 512");
+  if (dtype != DType::F32 && dtype != DType::F16)
+    throw std::runtime_error("CPU attention: KV cache of f32 or f16 only");
+  const bool f16 = dtype == DType::F16;
   const float scale = 1.f / std::sqrt(float(hd)) * s.score_factor;
   // Adjacent runs of one sequence at increasing positions (a placed span's
   // scattered rows) are one stretch: its key chunks are read once for all.
@@ -95,27 +99,49 @@ void attention(const float* q, const float* kl, const float* vl, int64_t kv_dim,
     const int64_t p_first = b.positions[w.first], p_last = b.positions[w.first + w.n - 1];
     // per (query, head of the group): running max, sum, output
     const int64_t n_q = w.n * group;
-    thread_local std::vector<float> state, kt;
+    thread_local std::vector<float> state, kt, wide;
     state.assign(size_t(n_q * (hd + 2)), 0.f);
     for (int64_t i = 0; i < n_q; ++i) state[size_t(i * (hd + 2))] = -INFINITY;
     kt.resize(size_t(hd * kChunk));
-    const int64_t kv_off = w.kv_head * hd;
+    // f16: the chunk's key rows, then its value rows, widened (a block's rows at a time)
+    if (f16) wide.resize(size_t(2 * kChunk * hd));
+    auto widen = [&](int64_t c0, int64_t c1) {
+      for (int64_t j = c0; j < c1;) {
+        const int64_t blk = j / bs, n = std::min(c1, (blk + 1) * bs) - j;
+        const size_t off = size_t((int64_t(table[blk]) * bs + j % bs) * kv_dim + w.kv_head * hd);
+        float* dst = wide.data() + (j - c0) * hd;
+        k.f16_rows(static_cast<const uint16_t*>(kl) + off, kv_dim, dst, hd, n, hd);
+        k.f16_rows(static_cast<const uint16_t*>(vl) + off, kv_dim, dst + kChunk * hd, hd, n, hd);
+        j += n;
+      }
+    };
+    // the key and value rows of chunk row jj (slot `slot`) as f32
+    auto key_row = [&](int64_t slot, int64_t jj) -> const float* {
+      return f16 ? wide.data() + jj * hd
+                 : static_cast<const float*>(kl) + slot * kv_dim + w.kv_head * hd;
+    };
+    auto value_row = [&](int64_t slot, int64_t jj) -> const float* {
+      return f16 ? wide.data() + (kChunk + jj) * hd
+                 : static_cast<const float*>(vl) + slot * kv_dim + w.kv_head * hd;
+    };
     for (int64_t c0 = lo_of(p_first) / kChunk * kChunk; c0 <= p_last; c0 += kChunk) {
       const int64_t c1 = std::min(c0 + kChunk, p_last + 1);
       // the chunk's keys transposed (rotated for pre-RoPE keys), zero where not valid
       const float* vp[kChunk];
       uint64_t valid = 0;
+      if (f16) widen(c0, c1);
       for (int64_t j = c0; j < c1; ++j) {
         const int64_t blk = j / bs, jj = j - c0;
         const int64_t slot = int64_t(table[blk]) * bs + j % bs;
-        vp[jj] = vl + slot * kv_dim + kv_off;
         float* col = kt.data() + jj;
         if (fill && (j % bs < (fill[blk] >> 16) || j % bs >= (fill[blk] & 0xffff))) {
+          vp[jj] = nullptr;  // not live: never read
           for (int64_t i = 0; i < hd; ++i) col[i * kChunk] = 0.f;
           continue;
         }
         valid |= uint64_t(1) << jj;
-        const float* src = kl + slot * kv_dim + kv_off;
+        vp[jj] = value_row(slot, jj);
+        const float* src = key_row(slot, jj);
         if (rope) {
           const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
           for (int64_t i = 0; i < half; ++i) {

@@ -15,6 +15,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(DType kv_dtype = DType::F32) : kv_dtype_(kv_dtype) {}
   std::string name() const override { return std::string("cpu (") + cpu::simd().isa + ")"; }
   Device device() const override { return Device::Cpu; }
 
@@ -45,13 +46,14 @@ class CpuBackend final : public Backend {
                 prepare_matrix(host[e].down)};
   }
 
+  DType kv_dtype() const override { return kv_dtype_; }
   std::unique_ptr<KvStore> create_kv(const KvSpec& spec) override {
     auto kv = std::make_unique<KvStore>();
     kv->n_layer = spec.n_layer;
     kv->n_slots = spec.n_blocks * spec.block_size;
     kv->kv_dim = spec.kv_dim;
     kv->block_size = spec.block_size;
-    kv->dtype = DType::F32;
+    kv->dtype = kv_dtype_;
     kv->pre_rope = spec.pre_rope;
     const size_t bytes = size_t(spec.n_layer) * kv->layer_bytes();
     kv->k = alloc(bytes);
@@ -92,13 +94,13 @@ class CpuBackend final : public Backend {
   }
   void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                 const float* v) override {
-    cpu::kv_write(kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b.slots, b.n_tokens, k,
-                  v);
+    cpu::kv_write(kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype, kv.kv_dim, b.slots,
+                  b.n_tokens, k, v);
   }
   void kv_deviation(const KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                     const float* v, float* out) override {
-    cpu::kv_deviation(kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b.slots, b.n_tokens,
-                      k, v, out);
+    cpu::kv_deviation(kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype, kv.kv_dim, b.slots,
+                      b.n_tokens, k, v, out);
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
                  const AttnShape& s, float* out) override {
@@ -107,7 +109,8 @@ class CpuBackend final : public Backend {
       rope_.ensure(s.inv_freq, s.head_dim, b.max_ctx);
       rope = &rope_;
     }
-    cpu::attention(q, kv.k_layer<float>(il), kv.v_layer<float>(il), kv.kv_dim, b, s, rope, out);
+    cpu::attention(q, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype, kv.kv_dim, b, s, rope,
+                   out);
   }
   void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
                  int32_t* ids, float* w) override {
@@ -124,14 +127,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  DType kv_dtype_;
   cpu::RopeTable rope_;  // for pre-RoPE keys (the shared instance is used by one thread at a time)
   std::deque<cpu::PackedWeight> packed_;  // stable addresses: Weight::aux points here
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() {
-  return std::make_unique<CpuBackend>();
+std::unique_ptr<Backend> make_cpu_backend(DType kv_dtype) {
+  if (kv_dtype != DType::F32 && kv_dtype != DType::F16)
+    throw std::runtime_error(std::string("CPU KV cache: ") + dtype_name(kv_dtype) +
+                             " is not supported (f32 or f16)");
+  return std::make_unique<CpuBackend>(kv_dtype);
 }
 
 Backend& cpu_backend() {

@@ -109,20 +109,36 @@ void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t
   });
 }
 
-void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
-              const float* k, const float* v) {
+void kv_write(void* k_layer, void* v_layer, DType dtype, int64_t kv_dim, const int32_t* slots,
+              int64_t n, const float* k, const float* v) {
   const int64_t d = kv_dim;
   for (int64_t t = 0; t < n; ++t) {
-    std::copy(k + t * d, k + (t + 1) * d, k_layer + int64_t(slots[t]) * d);
-    std::copy(v + t * d, v + (t + 1) * d, v_layer + int64_t(slots[t]) * d);
+    const int64_t at = int64_t(slots[t]) * d;
+    if (dtype == DType::F16) {
+      simd().f16_from_f32(k + t * d, static_cast<uint16_t*>(k_layer) + at, d);
+      simd().f16_from_f32(v + t * d, static_cast<uint16_t*>(v_layer) + at, d);
+    } else {
+      std::copy(k + t * d, k + (t + 1) * d, static_cast<float*>(k_layer) + at);
+      std::copy(v + t * d, v + (t + 1) * d, static_cast<float*>(v_layer) + at);
+    }
   }
 }
 
-void kv_deviation(const float* k_layer, const float* v_layer, int64_t kv_dim, const int32_t* slots,
-                  int64_t n, const float* k, const float* v, float* out) {
+void kv_deviation(const void* k_layer, const void* v_layer, DType dtype, int64_t kv_dim,
+                  const int32_t* slots, int64_t n, const float* k, const float* v, float* out) {
   const int64_t d = kv_dim;
+  std::vector<float> rows(dtype == DType::F16 ? size_t(2 * d) : 0);
   for (int64_t t = 0; t < n; ++t) {
-    const float *kc = k_layer + int64_t(slots[t]) * d, *vc = v_layer + int64_t(slots[t]) * d;
+    const int64_t at = int64_t(slots[t]) * d;
+    const float *kc = static_cast<const float*>(k_layer) + at,
+                *vc = static_cast<const float*>(v_layer) + at;
+    if (dtype == DType::F16) {
+      simd().dequant_row(DType::F16, static_cast<const uint16_t*>(k_layer) + at, rows.data(), d);
+      simd().dequant_row(DType::F16, static_cast<const uint16_t*>(v_layer) + at, rows.data() + d,
+                         d);
+      kc = rows.data();
+      vc = rows.data() + d;
+    }
     float sum = 0.f;
     for (int64_t i = 0; i < d; ++i) {
       const float dk = k[t * d + i] - kc[i], dv = v[t * d + i] - vc[i];

@@ -24,12 +24,13 @@ void silu_mul(float* gate, const float* up, int64_t n);  // gate = silu(gate) * 
 // NeoX-style RoPE (pairs i and i + head_dim/2) in place: x [n_rows, n_heads, head_dim].
 void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t head_dim,
           const float* inv_freq);
-// k, v [n, kv_dim] into rows slots[i] of one layer's f32 K and V storage.
-void kv_write(float* k_layer, float* v_layer, int64_t kv_dim, const int32_t* slots, int64_t n,
-              const float* k, const float* v);
+// k, v [n, kv_dim] into rows slots[i] of one layer's K and V storage (f32, or
+// f16 rounded to nearest).
+void kv_write(void* k_layer, void* v_layer, DType dtype, int64_t kv_dim, const int32_t* slots,
+              int64_t n, const float* k, const float* v);
 // out[t] = |k_t - k_layer[slots[t]]|^2 + |v_t - v_layer[slots[t]]|^2, summed in element order.
-void kv_deviation(const float* k_layer, const float* v_layer, int64_t kv_dim, const int32_t* slots,
-                  int64_t n, const float* k, const float* v, float* out);
+void kv_deviation(const void* k_layer, const void* v_layer, DType dtype, int64_t kv_dim,
+                  const int32_t* slots, int64_t n, const float* k, const float* v, float* out);
 // cos and sin of every (position, frequency) for rotating pre-RoPE keys,
 // computed as rope() computes them; grown on demand.
 class RopeTable {
@@ -45,9 +46,11 @@ class RopeTable {
 
 // out [n_tokens, n_head * head_dim]: causal attention of q over each token's
 // own sequence, through the batch's block table (skipping holes past a
-// block's fill), on one layer's f32 storage; `rope` set for pre-RoPE keys.
-void attention(const float* q, const float* k_layer, const float* v_layer, int64_t kv_dim,
-               const BatchArgs& b, const AttnShape& s, const RopeTable* rope, float* out);
+// block's fill), on one layer's storage (f32 or f16 rows); `rope` set for
+// pre-RoPE keys.
+void attention(const float* q, const void* k_layer, const void* v_layer, DType dtype,
+               int64_t kv_dim, const BatchArgs& b, const AttnShape& s, const RopeTable* rope,
+               float* out);
 
 // Mixture of experts (see Backend::moe_route / moe_mlp).
 void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,

@@ -1,0 +1,182 @@
+// The CPU's f16 KV cache (--kv-cache-dtype f16): half the bytes; logits near
+// transformers' on every tiny architecture; batch invariance kept (a prompt
+// in chunks has the bits of one pass, the engine's batched run the tokens of
+// sequential sessions); keys kept before RoPE (the span cache) and the
+// selective recompute's deviation read it too.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/simd.h"
+#include "engine/engine.h"
+#include "engine/session.h"
+#include "engine_run.h"
+#include "helpers.h"
+
+namespace wick::test {
+namespace {
+
+BackendOptions f16_options() {
+  BackendOptions o;
+  o.device = Device::Cpu;
+  o.kv_cache_dtype = "f16";
+  return o;
+}
+
+TEST(KvF16, HalfTheBytes) {
+  auto f32 = make_cpu_backend(), f16 = make_cpu_backend(DType::F16);
+  EXPECT_EQ(f16->kv_dtype(), DType::F16);
+  auto a = f32->make_kv(4, 8, 16, 128), b = f16->make_kv(4, 8, 16, 128);
+  EXPECT_EQ(b->dtype, DType::F16);
+  EXPECT_EQ(2 * b->k.bytes(), a->k.bytes());
+  EXPECT_EQ(2 * b->v.bytes(), a->v.bytes());
+  EXPECT_THROW(make_cpu_backend(DType::Q8_0), std::runtime_error);
+}
+
+class KvF16Arch : public ::testing::TestWithParam<std::string> {};
+
+// Against transformers' f32 logits the f16 cache's rounding (2^-11 of each
+// K and V element) moves the logits by 3.6e-4 to 5.4e-4 of their scale on
+// the six tiny models; the bound is 2e-3 (the f32 cache's is 1e-4).
+TEST_P(KvF16Arch, LogitsNearTransformersAndChunksKeepTheBits) {
+  WICK_REQUIRE_SHARED();
+  const std::string dir = tiny_dir(GetParam());
+  auto m = load_model(dir);
+  auto dm = prepare_model(*m, make_cpu_backend(DType::F16));
+  auto exact = cpu_model(*m);
+  double worst = 0, moved = 0;
+  const auto ref = read_json(dir + "/reference.json");
+  for (auto& p : ref["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    const auto want = read_f32(dir + "/" + p["logits"].get<std::string>());
+    const auto one = run_all_logits(*dm->backend, m->config, dm->weights, ids);
+    worst = std::max(worst, rel_err(one, want));
+    // batch invariance: in chunks of 5 and token by token, the same bits
+    EXPECT_EQ(run_all_logits(*dm->backend, m->config, dm->weights, ids, 5), one);
+    EXPECT_EQ(run_all_logits(*dm->backend, m->config, dm->weights, ids, 1), one);
+    // the cache is really f16: the logits moved from the f32 cache's
+    moved = std::max(moved,
+                     rel_err(one, run_all_logits(*exact->backend, m->config, exact->weights, ids)));
+  }
+  std::printf("[ report ] %-10s f16 KV: worst relative error %.2e (from the f32 cache's %.2e)\n",
+              GetParam().c_str(), worst, moved);
+  EXPECT_LT(worst, 2e-3);
+  EXPECT_GT(moved, 0.0);
+}
+
+// Keys kept before RoPE and rotated when read: within the f16 bound of keys
+// rotated when written (the two round different values).
+TEST_P(KvF16Arch, PreRopeKeysNearRotatedOnes) {
+  WICK_REQUIRE_SHARED();
+  const std::string dir = tiny_dir(GetParam());
+  auto m = load_model(dir);
+  auto dm = prepare_model(*m, make_cpu_backend(DType::F16));
+  const auto ids =
+      read_json(dir + "/reference.json")["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  const auto rotated = run_all_logits(*dm->backend, m->config, dm->weights, ids, 7, false);
+  const auto pre = run_all_logits(*dm->backend, m->config, dm->weights, ids, 7, true);
+  EXPECT_LT(rel_err(pre, rotated), 5e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, KvF16Arch, ::testing::ValuesIn(archs()),
+                         [](const auto& info) { return info.param; });
+
+// Concurrent requests (chunked prefills mixed with decodes) give the tokens
+// of one-at-a-time sessions with the f16 cache too.
+TEST(KvF16, EngineBatchedEqualsSequential) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("llama"), {}, f16_options());
+  ASSERT_EQ(m->device->backend->kv_dtype(), DType::F16);
+  std::mt19937 rng(3);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt;
+    for (int k = 0, n = 3 + int(rng() % 60); k < n; ++k)
+      prompt.push_back(int32_t(rng() % uint32_t(m->model->config.n_vocab)));
+    auto r = greedy_request(prompt, 4 + int(rng() % 16));
+    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
+    reqs.push_back(r);
+  }
+  std::vector<GenerateResult> want;
+  for (auto& r : reqs) want.push_back(Session(m, 512).generate(r));
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 48;
+  cfg.max_seqs = 6;
+  Engine e(m, cfg);
+  auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].tokens.size(), size_t(reqs[i].max_tokens));
+  }
+}
+
+// The deviation of rows from the cache reads the f16 rows widened: the
+// rows written are ~0 away (their rounding), others their distance from the
+// rounded rows.
+TEST(KvF16, DeviationReadsTheRoundedRows) {
+  const int64_t kv_dim = 40, n = 3;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(size_t(n * kv_dim)), v(k.size()), k2(k.size()), v2(k.size());
+  for (auto* x : {&k, &v, &k2, &v2})
+    for (float& f : *x) f = nd(rng);
+  std::vector<uint16_t> kc(k.size()), vc(k.size());
+  const int32_t slots[3] = {2, 0, 1};
+  cpu::kv_write(kc.data(), vc.data(), DType::F16, kv_dim, slots, n, k.data(), v.data());
+  std::vector<float> got(n), want(n);
+  cpu::kv_deviation(kc.data(), vc.data(), DType::F16, kv_dim, slots, n, k2.data(), v2.data(),
+                    got.data());
+  for (int64_t t = 0; t < n; ++t) {
+    double s = 0;
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      const size_t at = size_t(slots[t] * kv_dim + i), x = size_t(t * kv_dim + i);
+      EXPECT_EQ(kc[at], f32_to_f16(k[x]));
+      const double dk = k2[x] - f16_to_f32(kc[at]), dv = v2[x] - f16_to_f32(vc[at]);
+      s += dk * dk + dv * dv;
+    }
+    EXPECT_NEAR(got[size_t(t)], s, 1e-4 * s);
+  }
+  cpu::kv_deviation(kc.data(), vc.data(), DType::F16, kv_dim, slots, n, k.data(), v.data(),
+                    got.data());
+  for (float d : got) EXPECT_LT(d, 1e-5);
+}
+
+// Every kernel set's vector rounding gives f32_to_f16's bits: ties to even,
+// f16 subnormals, overflow to infinity, signed zeros.
+TEST(KvF16, WritesRoundLikeTheScalar) {
+  std::vector<float> x = {0.f,   -0.f,    1.f + 1.f / 2048, 1.f + 3.f / 2048, 6e-8f,
+                          3e-5f, -1e-7f,  65504.f,          65520.f,          -7e4f,
+                          1e-3f, 3.14159f};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 30.f);
+  while (x.size() < 70) x.push_back(nd(rng));
+  for (const char* isa : {"generic", "avx2", "avx512", "avx512bf16"}) {
+    const cpu::SimdKernels* k = cpu::simd_for(isa);
+    if (!k) continue;
+    std::vector<uint16_t> got(x.size());
+    k->f16_from_f32(x.data(), got.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_EQ(got[i], f32_to_f16(x[i])) << isa << ": " << x[i];
+  }
+}
+
+// The GPU's cache follows --gpu-f32; asking otherwise is a clear error (even
+// where no GPU is present).
+TEST(KvF16, GpuCacheTypeMustMatchGpuF32) {
+  BackendOptions o;
+  o.device = Device::Cuda;
+  o.kv_cache_dtype = "f32";
+  try {
+    make_backend(o);
+    ADD_FAILURE() << "accepted an f32 cache with bf16 weights on the GPU";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--gpu-f32"), std::string::npos) << e.what();
+  }
+  o.device = Device::Cpu;
+  o.kv_cache_dtype = "q8_0";
+  EXPECT_THROW(make_backend(o), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace wick::test
