@@ -324,13 +324,15 @@ struct AttnCase {
 
 class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
 
-// A batch of four sequences whose tokens are interleaved: a prefill chunk continuing past
-// position 512, a decode step at position 529, a fresh 37-token prefill and a short chunk right
-// after position 512. All K/V of each sequence's context are in the cache (as if written by
+// A batch of six sequences whose tokens are interleaved: a prefill chunk continuing past
+// position 512, a decode step at position 529, a fresh 37-token prefill, a short chunk right
+// after position 512, and two whose keys span partitions of 1,024 (a chunk across 2,048, a
+// decode step at 1,029). All K/V of each sequence's context are in the cache (as if written by
 // earlier steps and kv_write); slots no sequence owns, and slots of a sequence's last block past
 // its length, hold NaN, so a read outside [lo, pos] of the token's own sequence shows.
 // Block tables cover a random permutation of the blocks, with unused blocks in between; block
-// sizes 16, 1 and one block holding a whole sequence; no window, and windows of 37 and 300.
+// sizes 16, 1 and one block holding a whole sequence; no window, and windows of 37, 300 and
+// 1,100 (across a partition).
 // Tolerance: |got - ref| <= 5e-6 * max |v| per element. The float kernel's error is that of
 // float dot products of hd terms, float exp and a float sum and axpy over <= 600 positions:
 // at most 6e-7 * max |v| measured with each kernel set (generic, avx2, avx512 through
@@ -341,13 +343,13 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
   struct Seq {
     int32_t len, n_new;  // context length; the last n_new positions are in the batch
   };
-  const std::vector<Seq> seqs{{600, 6}, {530, 1}, {37, 37}, {516, 3}};
+  const std::vector<Seq> seqs{{600, 6}, {530, 1}, {37, 37}, {516, 3}, {2200, 5}, {1030, 1}};
   std::mt19937 rng(unsigned(hd * 100 + gqa));
   std::normal_distribution<float> nd;
   double worst = 0;
   int checked = 0;
-  for (const int32_t bs : {16, 1, 600}) {  // 600: one block holds a whole sequence
-    for (const int64_t window : {0, 37, 300}) {
+  for (const int32_t bs : {16, 1, 2200}) {  // 2200: one block holds a whole sequence
+    for (const int64_t window : {0, 37, 300, 1100}) {
       // block tables over a random permutation of the blocks, 3 blocks left unused
       int32_t n_blocks = 3;
       for (auto& s : seqs) n_blocks += (s.len + bs - 1) / bs;
@@ -428,7 +430,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 9);
+  EXPECT_EQ(checked, 12);
   std::printf("[ report ] attention (%s) hd %lld gqa %lld: worst |err| / max|v| %.2e\n",
               cpu::simd().isa, static_cast<long long>(hd), static_cast<long long>(gqa), worst);
 }

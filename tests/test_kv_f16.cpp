@@ -65,6 +65,24 @@ TEST_P(KvF16Arch, LogitsNearTransformersAndChunksKeepTheBits) {
   EXPECT_GT(moved, 0.0);
 }
 
+// Past 1,024 positions attention reduces the keys in partitions combined per
+// query: in one pass, in chunks of 700 and token by token, the same bits,
+// with either cache type.
+TEST(KvCache, LongContextChunksKeepTheBits) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model(tiny_dir("qwen2"));
+  std::mt19937 rng(11);
+  std::vector<int32_t> ids(2300);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(m->config.n_vocab));
+  for (DType dt : {DType::F32, DType::F16}) {
+    auto dm = prepare_model(*m, make_cpu_backend(dt));
+    const auto one = run_all_logits(*dm->backend, m->config, dm->weights, ids);
+    EXPECT_EQ(run_all_logits(*dm->backend, m->config, dm->weights, ids, 700), one)
+        << dtype_name(dt);
+    EXPECT_EQ(run_all_logits(*dm->backend, m->config, dm->weights, ids, 1), one) << dtype_name(dt);
+  }
+}
+
 // Keys kept before RoPE and rotated when read: within the f16 bound of keys
 // rotated when written (the two round different values).
 TEST_P(KvF16Arch, PreRopeKeysNearRotatedOnes) {

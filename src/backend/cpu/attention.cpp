@@ -10,6 +10,9 @@
 // increasing): a chunk outside a query's range is skipped for it.
 // Chunks are aligned to multiples of 64 positions whatever the run, a query
 // skips chunks outside its range, and within a chunk keys are taken in order.
+// Keys are reduced in partitions of kPart positions, also at fixed multiples,
+// each a work item of its own (a few KV heads' long contexts keep every core
+// busy in decode), and a query's partitions are combined in their order.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,10 +29,17 @@ namespace {
 
 constexpr int64_t kChunk = 64;
 constexpr int64_t kMaxRunPart = 128;  // queries of one work item (long runs are split)
+constexpr int64_t kPart = 1024;       // key positions of one work item (a multiple of kChunk)
 
+// The queries [first, first + n) of one stretch (runs of one sequence) and
+// one KV head, over partitions [part0, part0 + n_parts).
+struct Group {
+  int64_t first, n, kv_head, part0, n_parts;
+  size_t state;  // the first partition's states in the buffer; the next ones follow
+};
 struct Item {
-  int64_t first, n;  // tokens [first, first + n) of one stretch (runs of one sequence)
-  int64_t kv_head;
+  size_t group;
+  int64_t part;  // key positions [part * kPart, (part + 1) * kPart)
 };
 
 }  // namespace
@@ -80,28 +90,43 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
     }
     stretches.push_back({first, n});
   }
+  auto lo_of = [&](int64_t p) {
+    return s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
+  };
+  // per (query, head of the group, partition): running max, sum, output
+  const int64_t n_st = hd + 2;
+  std::vector<Group> groups;
   std::vector<Item> items;
+  size_t n_states = 0;
   for (auto [first, n] : stretches)
-    for (int64_t off = 0; off < n; off += kMaxRunPart)
-      for (int64_t g = 0; g < s.n_head_kv; ++g)
-        items.push_back({first + off, std::min(kMaxRunPart, n - off), g});
+    for (int64_t off = 0; off < n; off += kMaxRunPart) {
+      const int64_t m = std::min(kMaxRunPart, n - off);
+      const int64_t part0 = lo_of(b.positions[first + off]) / kPart,
+                    n_parts = b.positions[first + off + m - 1] / kPart - part0 + 1;
+      for (int64_t g = 0; g < s.n_head_kv; ++g) {
+        for (int64_t pt = 0; pt < n_parts; ++pt) items.push_back({groups.size(), part0 + pt});
+        groups.push_back({first + off, m, g, part0, n_parts, n_states});
+        n_states += size_t(n_parts * m * group * n_st);
+      }
+    }
+  thread_local std::vector<float> states_buf;  // the calling thread's: workers use the pointer
+  states_buf.resize(n_states);
+  float* const states = states_buf.data();
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads())
   for (size_t it = 0; it < items.size(); ++it) {
-    const Item& w = items[it];
+    const Group& w = groups[items[it].group];
+    const int64_t part = items[it].part;
     const int64_t seq = b.seq_of[w.first];
     const int32_t* table = b.block_table + seq * b.max_blocks;
     const int32_t* fill = b.block_fill ? b.block_fill + seq * b.max_blocks : nullptr;
     const int32_t* shift = b.block_fill ? b.block_shift + seq * b.max_blocks : nullptr;
-    auto lo_of = [&](int64_t p) {
-      return s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
-    };
     const int64_t p_first = b.positions[w.first], p_last = b.positions[w.first + w.n - 1];
-    // per (query, head of the group): running max, sum, output
     const int64_t n_q = w.n * group;
-    thread_local std::vector<float> state, kt, wide;
-    state.assign(size_t(n_q * (hd + 2)), 0.f);
-    for (int64_t i = 0; i < n_q; ++i) state[size_t(i * (hd + 2))] = -INFINITY;
+    float* state = states + w.state + size_t((part - w.part0) * n_q * n_st);
+    std::fill(state, state + n_q * n_st, 0.f);
+    for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
+    thread_local std::vector<float> kt, wide;
     kt.resize(size_t(hd * kChunk));
     // f16: the chunk's key rows, then its value rows, widened (a block's rows at a time)
     if (f16) wide.resize(size_t(2 * kChunk * hd));
@@ -124,8 +149,10 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
       return f16 ? wide.data() + (kChunk + jj) * hd
                  : static_cast<const float*>(vl) + slot * kv_dim + w.kv_head * hd;
     };
-    for (int64_t c0 = lo_of(p_first) / kChunk * kChunk; c0 <= p_last; c0 += kChunk) {
-      const int64_t c1 = std::min(c0 + kChunk, p_last + 1);
+    const int64_t k_end = std::min(p_last + 1, (part + 1) * kPart);
+    for (int64_t c0 = std::max(lo_of(p_first) / kChunk * kChunk, part * kPart); c0 < k_end;
+         c0 += kChunk) {
+      const int64_t c1 = std::min(c0 + kChunk, k_end);
       // the chunk's keys transposed (rotated for pre-RoPE keys), zero where not valid
       const float* vp[kChunk];
       uint64_t valid = 0;
@@ -166,17 +193,37 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
         for (int64_t h = 0; h < group; ++h) {
           const int64_t head = w.kv_head * group + h;
           k.attn_chunk(q + ((w.first + t) * s.n_head + head) * hd, hd, scale, kt.data(), vp, live,
-                       state.data() + (t * group + h) * (hd + 2));
+                       state + (t * group + h) * n_st);
         }
       }
     }
-    for (int64_t t = 0; t < w.n; ++t)
-      for (int64_t h = 0; h < group; ++h) {
-        const float* st = state.data() + (t * group + h) * (hd + 2);
-        float* o = out + ((w.first + t) * s.n_head + w.kv_head * group + h) * hd;
-        const float inv = 1.f / st[1];
-        for (int64_t i = 0; i < hd; ++i) o[i] = st[2 + i] * inv;
+  }
+
+  // Each query head's partitions in order: sums and outputs rescaled to the
+  // largest maximum (one partition: weight exp(0) = 1, its own bits).
+#pragma omp parallel for schedule(static) num_threads(n_threads())
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const Group& w = groups[gi];
+    const int64_t n_q = w.n * group;
+    float acc[512];
+    for (int64_t i = 0; i < n_q; ++i) {
+      const float* st0 = states + w.state + size_t(i * n_st);
+      float m = -INFINITY;
+      for (int64_t pt = 0; pt < w.n_parts; ++pt) m = std::max(m, st0[pt * n_q * n_st]);
+      float sum = 0.f;
+      std::fill(acc, acc + hd, 0.f);
+      for (int64_t pt = 0; pt < w.n_parts; ++pt) {
+        const float* st = st0 + pt * n_q * n_st;
+        if (st[0] == -INFINITY) continue;  // no key of this partition in the query's range
+        const float wt = std::exp(st[0] - m);
+        sum += st[1] * wt;
+        for (int64_t d = 0; d < hd; ++d) acc[d] += st[2 + d] * wt;
       }
+      const int64_t t = i / group, h = i % group;
+      float* o = out + ((w.first + t) * s.n_head + w.kv_head * group + h) * hd;
+      const float inv = 1.f / sum;
+      for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+    }
   }
 }
 
