@@ -105,6 +105,9 @@ TEST(RopeScaling, BadYarnConfigsAreErrors) {
        {nlohmann::json{{"rope_type", "yarn"}, {"factor", -2.0}},
         nlohmann::json{
             {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 0}},
+        nlohmann::json{
+            {"rope_type", "yarn"}, {"factor", 1e30}, {"original_max_position_embeddings", 64}},
+        nlohmann::json{{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1.0}},
         nlohmann::json{{"rope_type", "dynamic"}, {"factor", 2.0}}}) {
     cfg["rope_scaling"] = rope;
     try {
@@ -212,6 +215,7 @@ TEST(RopeScaling, OverrideEqualsTheConfig) {
   EXPECT_THROW(override_rope(c, "", 4.f, 0, "m"), ModelError);      // scale without a type
   EXPECT_THROW(override_rope(c, "", 0.f, 4096, "m"), ModelError);   // context without a type
   EXPECT_THROW(override_rope(c, "dynamic", 2.f, 0, "m"), ModelError);
+  EXPECT_THROW(override_rope(c, "linear", 1e30f, 0, "m"), ModelError);  // past 2^31 positions
 }
 
 // Keys stored before RoPE (the span cache) rotate with YaRN's frequencies and

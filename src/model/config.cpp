@@ -91,6 +91,10 @@ void set_yarn(ModelConfig& c, const std::string& src, float factor, int64_t orig
         "{}: yarn rope scaling needs a positive factor, original context and betas "
         "(got factor {}, original context {}, beta_fast {}, beta_slow {})",
         src, factor, orig_ctx, beta_fast, beta_slow);
+  if (double(orig_ctx) * factor > double(INT32_MAX) || !(c.rope_theta > 1.f) || c.head_dim <= 0 ||
+      c.head_dim > 65536)
+    throw_model("{}: yarn rope scaling of {} x {} positions with rope theta {} is out of range",
+                src, factor, orig_ctx, c.rope_theta);
   // The pair index at which a frequency turns n_rot times over the trained
   // context: pairs below beta_fast's keep their frequency (extrapolated),
   // pairs above beta_slow's are divided by the factor (interpolated), and a
@@ -131,6 +135,8 @@ void override_rope(ModelConfig& c, const std::string& type, float scale, int64_t
   if (type != "none" && !(scale > 0.f))
     throw_model("{}: --rope-scaling {} needs --rope-scale F (the context's stretch, e.g. 4)", src,
                 type);
+  if (double(c.n_ctx_train) * scale > double(INT32_MAX))
+    throw_model("{}: --rope-scale {} stretches {} positions past 2^31", src, scale, c.n_ctx_train);
   // The context the model was trained at: a scaled model's original one.
   const int64_t trained = c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx_train;
   c.rope_freq_factors.clear();

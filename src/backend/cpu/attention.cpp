@@ -93,7 +93,9 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
   auto lo_of = [&](int64_t p) {
     return s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
   };
-  // per (query, head of the group, partition): running max, sum, output
+  // per (query, head of the group, partition): running max, sum, output (a
+  // 512-token chunk at depth D keeps 512 * n_head * (hd + 2) * D / 1024 floats:
+  // about group / (4 n_layer) of the f32 cache's bytes, 6-7 % for Qwen2.5 and Llama 3.2)
   const int64_t n_st = hd + 2;
   std::vector<Group> groups;
   std::vector<Item> items;
