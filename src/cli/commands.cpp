@@ -312,7 +312,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-n,--n-gen", n_gen, "generated tokens for tg (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-d,--n-depth", depth,
-                  "tg starts after this many context tokens (prefilled once), as llama-bench -d")
+                  "pp and tg start after this many context tokens (prefilled once), as "
+                  "llama-bench -d")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-r,--repetitions", reps, "timed repetitions (after one warm-up)")
       ->check(CLI::Range(1, 100));
@@ -367,15 +368,16 @@ void register_bench(CLI::App& app) {
     std::mt19937 rng(42);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(c.n_vocab - 1));
     const int max_pp = pp_sizes.empty() ? 0 : *std::max_element(pp_sizes.begin(), pp_sizes.end());
-    const int32_t n_ctx = std::max(max_pp, depth + n_gen) + 1;
+    const int32_t n_ctx = depth + std::max(max_pp, n_gen) + 1;
     // one block of n_ctx tokens; a fixed table width lets a GPU replay decode steps
     ModelRunner runner(lm, RunnerLimits{1, n_ctx, n_ctx, std::max({1, max_pp, depth}), 1});
     using clk = std::chrono::steady_clock;
-    int pp_n = 0;
+    int pp_n = 0, pp_at = 0;
     auto run_pp = [&] {
       std::vector<int32_t> ids(static_cast<size_t>(pp_n));
       for (auto& x : ids) x = tok(rng);
-      Batch b = one_seq_batch(ids.data(), pp_n, 0, false);
+      // after the depth's context (each run rewrites the same slots)
+      Batch b = one_seq_batch(ids.data(), pp_n, pp_at, false);
       auto t0 = clk::now();
       runner.execute(b);
       lm->backend().sync();
@@ -420,17 +422,17 @@ void register_bench(CLI::App& app) {
                    arch_name(c.arch), types, double(m->n_params) / 1e6, cpu::n_threads(),
                    lm->backend().name(), test, r.first, r.second);
     };
-    for (int n : pp_sizes) {
-      pp_n = n;
-      report(fmt::format("pp{}", n), measure(run_pp, n));
-    }
-    if (n_gen > 0 && depth > 0) {  // the context tg reads: depth tokens, prefilled once
+    if (depth > 0) {  // the context pp and tg read: depth tokens, prefilled once
       pp_n = depth;
       run_pp();
+      pp_at = depth;
     }
-    if (n_gen > 0)
-      report(depth > 0 ? fmt::format("tg{} @ d{}", n_gen, depth) : fmt::format("tg{}", n_gen),
-             measure(run_tg, n_gen));
+    const std::string at = depth > 0 ? fmt::format(" @ d{}", depth) : "";
+    for (int n : pp_sizes) {
+      pp_n = n;
+      report(fmt::format("pp{}{}", n, at), measure(run_pp, n));
+    }
+    if (n_gen > 0) report(fmt::format("tg{}{}", n_gen, at), measure(run_tg, n_gen));
     if (as_json)
       fmt::print("{}\n", json{{"model", path},
                               {"threads", cpu::n_threads()},
