@@ -26,6 +26,7 @@
 #include "backend/batch.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
+#include "io/quantize.h"
 #include "kernel_cases.h"
 #include "random_weight.h"
 
@@ -395,23 +396,47 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
       const int64_t T = batch.n_tokens();
       std::vector<float> q(size_t(T * n_head * hd));
       for (auto& v : q) v = 2.f * nd(rng);  // scores of spread ~2: uneven softmax weights
-      // an f32 cache, and an f16 one against the reference on its rounded values
+      // an f32 cache; f16 and q8_0 ones against the reference on their rounded values (q8_0
+      // where a head is whole blocks of 32; slots no sequence owns as 0 there, never read)
       std::vector<uint16_t> kh(kc.size()), vh(vc.size());
-      std::vector<float> kr(kc.size()), vr(vc.size());
+      std::vector<float> kr(kc.size()), vr(vc.size()), kq(kc.size()), vq(vc.size());
+      const size_t q8_row = row_bytes(DType::Q8_0, kv_dim);
+      std::vector<uint8_t> k8(hd % 32 ? 0 : n_slots * q8_row), v8(k8.size());
       for (size_t i = 0; i < kc.size(); ++i) {
         kh[i] = std::isnan(kc[i]) ? 0x7e00 : f32_to_f16(kc[i]);
         vh[i] = std::isnan(vc[i]) ? 0x7e00 : f32_to_f16(vc[i]);
         kr[i] = f16_to_f32(kh[i]);
         vr[i] = f16_to_f32(vh[i]);
       }
-      for (DType dt : {DType::F32, DType::F16}) {
-        const bool f16 = dt == DType::F16;
+      if (!k8.empty())
+        for (size_t sl = 0; sl < n_slots; ++sl) {
+          std::vector<float> rk(kc.begin() + long(sl * kv_dim),
+                                kc.begin() + long((sl + 1) * kv_dim)),
+              rv(vc.begin() + long(sl * kv_dim), vc.begin() + long((sl + 1) * kv_dim));
+          for (auto* r : {&rk, &rv})
+            for (float& f : *r) f = std::isnan(f) ? 0.f : f;
+          quantize_row(DType::Q8_0, rk.data(), k8.data() + sl * q8_row, kv_dim);
+          quantize_row(DType::Q8_0, rv.data(), v8.data() + sl * q8_row, kv_dim);
+          dequantize_row_ref(DType::Q8_0, k8.data() + sl * q8_row, kq.data() + sl * kv_dim, kv_dim);
+          dequantize_row_ref(DType::Q8_0, v8.data() + sl * q8_row, vq.data() + sl * kv_dim, kv_dim);
+        }
+      for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {
+        if (dt == DType::Q8_0 && k8.empty()) continue;
+        const bool f16 = dt == DType::F16, q8 = dt == DType::Q8_0;
         std::vector<float> out(q.size(), NAN);
-        cpu::attention(q.data(), f16 ? (const void*)kh.data() : kc.data(),
-                       f16 ? (const void*)vh.data() : vc.data(), dt, kv_dim, args,
-                       AttnShape{n_head, n_head_kv, hd, window}, nullptr, out.data());
-        const auto ref = ref_attention(q, f16 ? kr : kc, f16 ? vr : vc, batch.positions,
-                                       batch.seq_of, tables, bs, n_head, n_head_kv, hd, window);
+        const void* kp = q8 ? (const void*)k8.data() : f16 ? (const void*)kh.data() : kc.data();
+        const void* vp = q8 ? (const void*)v8.data() : f16 ? (const void*)vh.data() : vc.data();
+        cpu::attention(q.data(), kp, vp, dt, kv_dim, args, AttnShape{n_head, n_head_kv, hd, window},
+                       nullptr, out.data());
+        const auto ref =
+            ref_attention(q,
+                          q8    ? kq
+                          : f16 ? kr
+                                : kc,
+                          q8    ? vq
+                          : f16 ? vr
+                                : vc,
+                          batch.positions, batch.seq_of, tables, bs, n_head, n_head_kv, hd, window);
         const double tol = 5e-6 * v_max;
         double ref_mag = 0;
         for (size_t i = 0; i < ref.size(); ++i) {
@@ -422,8 +447,8 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
           ASSERT_LE(err, tol) << "hd " << hd << " gqa " << gqa << " block " << bs << " window "
                               << window << ": token " << t << " (seq " << batch.seq_of[size_t(t)]
                               << ", pos " << batch.positions[size_t(t)] << ") head " << h << " dim "
-                              << i % size_t(hd) << ": " << out[i] << " vs " << ref[i]
-                              << (f16 ? " (f16 cache)" : "");
+                              << i % size_t(hd) << ": " << out[i] << " vs " << ref[i] << " ("
+                              << dtype_name(dt) << " cache)";
         }
         ASSERT_GT(ref_mag, 0.1);  // real values, not all zero
       }

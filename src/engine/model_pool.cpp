@@ -124,7 +124,14 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   lm->eog_ids = find_eog(*lm);
   if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
-  lm->device = prepare_model(*lm->model, make_backend(opt));
+  auto be = make_backend(opt);
+  // a head's rows of a q8_0 cache are whole blocks of 32
+  if (be->kv_dtype() == DType::Q8_0 && lm->model->config.head_dim % 32)
+    throw_model(
+        "{}: --kv-cache-dtype q8_0 needs a head dim that is a multiple of 32 (this model's: "
+        "{}); use f16",
+        lm->path, lm->model->config.head_dim);
+  lm->device = prepare_model(*lm->model, std::move(be));
   if (progress) progress(1.f);
   return lm;
 }

@@ -1,5 +1,5 @@
-// Causal attention through the batch's block table, on f32 or f16 K/V (f16
-// rows widened to f32 as a chunk is read: half the bytes), over key
+// Causal attention through the batch's block table, on f32, f16 or q8_0 K/V
+// (f16 and q8_0 rows widened to f32 as a chunk is read: fewer bytes), over key
 // chunks of 64 positions with an online softmax: no score row longer than a
 // chunk is kept, and each K/V chunk is read (and, for pre-RoPE keys, rotated)
 // once for every query of a run and every head of a KV head's group, its keys
@@ -71,9 +71,14 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
   const auto& k = simd();
   const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size;
   if (hd > 512) throw std::runtime_error("CPU attention: head_dim above 512");
-  if (dtype != DType::F32 && dtype != DType::F16)
-    throw std::runtime_error("CPU attention: KV cache of f32 or f16 only");
-  const bool f16 = dtype == DType::F16;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::Q8_0)
+    throw std::runtime_error("CPU attention: KV cache of f32, f16 or q8_0 only");
+  if (dtype == DType::Q8_0 && hd % 32)
+    throw std::runtime_error(
+        "CPU attention: a q8_0 KV cache needs a head dim that is a multiple "
+        "of 32");
+  const bool widened = dtype != DType::F32;
+  const size_t row_b = row_bytes(dtype, kv_dim), head_b = row_bytes(dtype, hd);
   const float scale = 1.f / std::sqrt(float(hd)) * s.score_factor;
   // Adjacent runs of one sequence at increasing positions (a placed span's
   // scattered rows) are one stretch: its key chunks are read once for all.
@@ -130,26 +135,27 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
     for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
     thread_local std::vector<float> kt, wide;
     kt.resize(size_t(hd * kChunk));
-    // f16: the chunk's key rows, then its value rows, widened (a block's rows at a time)
-    if (f16) wide.resize(size_t(2 * kChunk * hd));
+    // f16, q8_0: the chunk's key rows, then its value rows, widened (a block's rows at a time)
+    if (widened) wide.resize(size_t(2 * kChunk * hd));
     auto widen = [&](int64_t c0, int64_t c1) {
       for (int64_t j = c0; j < c1;) {
         const int64_t blk = j / bs, n = std::min(c1, (blk + 1) * bs) - j;
-        const size_t off = size_t((int64_t(table[blk]) * bs + j % bs) * kv_dim + w.kv_head * hd);
+        const size_t off = size_t(int64_t(table[blk]) * bs + j % bs) * row_b + w.kv_head * head_b;
         float* dst = wide.data() + (j - c0) * hd;
-        k.f16_rows(static_cast<const uint16_t*>(kl) + off, kv_dim, dst, hd, n, hd);
-        k.f16_rows(static_cast<const uint16_t*>(vl) + off, kv_dim, dst + kChunk * hd, hd, n, hd);
+        k.kv_rows(dtype, static_cast<const uint8_t*>(kl) + off, row_b, dst, hd, n, hd);
+        k.kv_rows(dtype, static_cast<const uint8_t*>(vl) + off, row_b, dst + kChunk * hd, hd, n,
+                  hd);
         j += n;
       }
     };
     // the key and value rows of chunk row jj (slot `slot`) as f32
     auto key_row = [&](int64_t slot, int64_t jj) -> const float* {
-      return f16 ? wide.data() + jj * hd
-                 : static_cast<const float*>(kl) + slot * kv_dim + w.kv_head * hd;
+      return widened ? wide.data() + jj * hd
+                     : static_cast<const float*>(kl) + slot * kv_dim + w.kv_head * hd;
     };
     auto value_row = [&](int64_t slot, int64_t jj) -> const float* {
-      return f16 ? wide.data() + (kChunk + jj) * hd
-                 : static_cast<const float*>(vl) + slot * kv_dim + w.kv_head * hd;
+      return widened ? wide.data() + (kChunk + jj) * hd
+                     : static_cast<const float*>(vl) + slot * kv_dim + w.kv_head * hd;
     };
     const int64_t k_end = std::min(p_last + 1, (part + 1) * kPart);
     for (int64_t c0 = std::max(lo_of(p_first) / kChunk * kChunk, part * kPart); c0 < k_end;
@@ -158,7 +164,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
       // the chunk's keys transposed (rotated for pre-RoPE keys), zero where not valid
       const float* vp[kChunk];
       uint64_t valid = 0;
-      if (f16) widen(c0, c1);
+      if (widened) widen(c0, c1);
       for (int64_t j = c0; j < c1; ++j) {
         const int64_t blk = j / bs, jj = j - c0;
         const int64_t slot = int64_t(table[blk]) * bs + j % bs;

@@ -1,5 +1,5 @@
-// The CPU backend: host memory, an f32 (or f16) KV cache; matrices repacked at load into panels
-// for the blocked multiply (packed.h), weights not prepared used in place.
+// The CPU backend: host memory, an f32 (or f16, or q8_0) KV cache; matrices repacked at load into
+// panels for the blocked multiply (packed.h), weights not prepared used in place.
 #pragma once
 
 #include <memory>

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/simd.h"
+#include "io/quantize.h"
 
 namespace wick::cpu {
 
@@ -112,14 +114,20 @@ void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t
 void kv_write(void* k_layer, void* v_layer, DType dtype, int64_t kv_dim, const int32_t* slots,
               int64_t n, const float* k, const float* v) {
   const int64_t d = kv_dim;
+  const size_t row_b = row_bytes(dtype, d);
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t at = int64_t(slots[t]) * d;
+    const size_t at = size_t(slots[t]) * row_b;
+    auto* kc = static_cast<uint8_t*>(k_layer) + at;
+    auto* vc = static_cast<uint8_t*>(v_layer) + at;
     if (dtype == DType::F16) {
-      simd().f16_from_f32(k + t * d, static_cast<uint16_t*>(k_layer) + at, d);
-      simd().f16_from_f32(v + t * d, static_cast<uint16_t*>(v_layer) + at, d);
+      simd().f16_from_f32(k + t * d, reinterpret_cast<uint16_t*>(kc), d);
+      simd().f16_from_f32(v + t * d, reinterpret_cast<uint16_t*>(vc), d);
+    } else if (dtype == DType::Q8_0) {
+      quantize_row(DType::Q8_0, k + t * d, kc, d);
+      quantize_row(DType::Q8_0, v + t * d, vc, d);
     } else {
-      std::copy(k + t * d, k + (t + 1) * d, static_cast<float*>(k_layer) + at);
-      std::copy(v + t * d, v + (t + 1) * d, static_cast<float*>(v_layer) + at);
+      std::memcpy(kc, k + t * d, row_b);
+      std::memcpy(vc, v + t * d, row_b);
     }
   }
 }
@@ -127,15 +135,15 @@ void kv_write(void* k_layer, void* v_layer, DType dtype, int64_t kv_dim, const i
 void kv_deviation(const void* k_layer, const void* v_layer, DType dtype, int64_t kv_dim,
                   const int32_t* slots, int64_t n, const float* k, const float* v, float* out) {
   const int64_t d = kv_dim;
-  std::vector<float> rows(dtype == DType::F16 ? size_t(2 * d) : 0);
+  const size_t row_b = row_bytes(dtype, d);
+  std::vector<float> rows(dtype != DType::F32 ? size_t(2 * d) : 0);
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t at = int64_t(slots[t]) * d;
-    const float *kc = static_cast<const float*>(k_layer) + at,
-                *vc = static_cast<const float*>(v_layer) + at;
-    if (dtype == DType::F16) {
-      simd().dequant_row(DType::F16, static_cast<const uint16_t*>(k_layer) + at, rows.data(), d);
-      simd().dequant_row(DType::F16, static_cast<const uint16_t*>(v_layer) + at, rows.data() + d,
-                         d);
+    const auto* kb = static_cast<const uint8_t*>(k_layer) + size_t(slots[t]) * row_b;
+    const auto* vb = static_cast<const uint8_t*>(v_layer) + size_t(slots[t]) * row_b;
+    const float *kc = reinterpret_cast<const float*>(kb), *vc = reinterpret_cast<const float*>(vb);
+    if (dtype != DType::F32) {  // the rows widened, as attention reads them
+      simd().dequant_row(dtype, kb, rows.data(), d);
+      simd().dequant_row(dtype, vb, rows.data() + d, d);
       kc = rows.data();
       vc = rows.data() + d;
     }

@@ -24,8 +24,8 @@ void silu_mul(float* gate, const float* up, int64_t n);  // gate = silu(gate) * 
 // NeoX-style RoPE (pairs i and i + head_dim/2) in place: x [n_rows, n_heads, head_dim].
 void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t head_dim,
           const float* inv_freq);
-// k, v [n, kv_dim] into rows slots[i] of one layer's K and V storage (f32, or
-// f16 rounded to nearest).
+// k, v [n, kv_dim] into rows slots[i] of one layer's K and V storage (f32; f16
+// rounded to nearest; q8_0 blocks of 32, as wick quantize writes them).
 void kv_write(void* k_layer, void* v_layer, DType dtype, int64_t kv_dim, const int32_t* slots,
               int64_t n, const float* k, const float* v);
 // out[t] = |k_t - k_layer[slots[t]]|^2 + |v_t - v_layer[slots[t]]|^2, summed in element order.

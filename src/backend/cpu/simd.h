@@ -39,9 +39,10 @@ struct SimdKernels {
   void (*attn_chunk)(const float* q, int64_t hd, float scale, const float* kt,
                      const float* const* v, uint64_t live, float* st);
   void (*silu_mul)(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
-  // n_rows f16 rows of n (src_stride apart) widened into f32 rows (dst_stride apart).
-  void (*f16_rows)(const uint16_t* src, int64_t src_stride, float* dst, int64_t dst_stride,
-                   int64_t n_rows, int64_t n);
+  // n_rows rows of n elements of type t (f16 or q8_0; src_stride bytes apart) widened into f32
+  // rows (dst_stride apart).
+  void (*kv_rows)(DType t, const void* src, size_t src_stride, float* dst, int64_t dst_stride,
+                  int64_t n_rows, int64_t n);
   void (*f16_from_f32)(const float* src, uint16_t* dst, int64_t n);  // rounded to nearest even
 };
 
