@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <new>
+#include <stdexcept>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed.h"
@@ -48,6 +49,8 @@ class CpuBackend final : public Backend {
 
   DType kv_dtype() const override { return kv_dtype_; }
   std::unique_ptr<KvStore> create_kv(const KvSpec& spec) override {
+    if (kv_dtype_ == DType::Q8_0 && spec.kv_dim % 32)
+      throw std::runtime_error("CPU KV cache: q8_0 rows need a multiple of 32 values");
     auto kv = std::make_unique<KvStore>();
     kv->n_layer = spec.n_layer;
     kv->n_slots = spec.n_blocks * spec.block_size;
