@@ -131,6 +131,21 @@ TEST(KvF16, EngineBatchedEqualsSequential) {
   }
 }
 
+// The engine's KV budget is bytes: the same --kv-memory holds twice the
+// blocks with an f16 cache (3.8 times with q8_0: 34 bytes per 32 values).
+TEST(KvF16, TheSameBudgetHoldsTwiceTheBlocks) {
+  WICK_REQUIRE_SHARED();
+  BackendOptions f32;
+  f32.device = Device::Cpu;
+  auto a = load_model_and_tokenizer(tiny_dir("llama"), {}, f32);
+  auto b = load_model_and_tokenizer(tiny_dir("llama"), {}, f16_options());
+  EngineConfig cfg;
+  cfg.kv_bytes = size_t(1) << 20;
+  Engine ea(a, cfg), eb(b, cfg);
+  EXPECT_EQ(eb.blocks().n_blocks(), 2 * ea.blocks().n_blocks());
+  EXPECT_GT(ea.blocks().n_blocks(), 8);
+}
+
 // The deviation of rows from the cache reads the f16 rows widened: the
 // rows written are ~0 away (their rounding), others their distance from the
 // rounded rows.
