@@ -30,9 +30,9 @@ DTypeTraits lookup(uint32_t t) {
     case 9:
       return {"q8_1", 32, 36, false};
     case 10:
-      return {"q2_k", 256, 84, false};
+      return {"q2_k", 256, sizeof(BlockQ2_K), true};
     case 11:
-      return {"q3_k", 256, 110, false};
+      return {"q3_k", 256, sizeof(BlockQ3_K), true};
     case 12:
       return {"q4_k", 256, sizeof(BlockQ4_K), true};
     case 13:
@@ -50,13 +50,13 @@ DTypeTraits lookup(uint32_t t) {
     case 19:
       return {"iq1_s", 256, 50, false};
     case 20:
-      return {"iq4_nl", 32, 18, false};
+      return {"iq4_nl", 32, sizeof(BlockIQ4_NL), true};
     case 21:
       return {"iq3_s", 256, 110, false};
     case 22:
       return {"iq2_s", 256, 82, false};
     case 23:
-      return {"iq4_xs", 256, 136, false};
+      return {"iq4_xs", 256, sizeof(BlockIQ4_XS), true};
     case 24:
       return {"i8", 1, 1, false};
     case 25:
@@ -207,6 +207,14 @@ void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n) {
       return dequant_blocks<BlockQ5_K>(src, dst, n);
     case DType::Q6_K:
       return dequant_blocks<BlockQ6_K>(src, dst, n);
+    case DType::Q2_K:
+      return dequant_blocks<BlockQ2_K>(src, dst, n);
+    case DType::Q3_K:
+      return dequant_blocks<BlockQ3_K>(src, dst, n);
+    case DType::IQ4_NL:
+      return dequant_blocks<BlockIQ4_NL>(src, dst, n);
+    case DType::IQ4_XS:
+      return dequant_blocks<BlockIQ4_XS>(src, dst, n);
     default:
       throw std::runtime_error(std::string("dequantize: unsupported type ") + dtype_name(t));
   }
