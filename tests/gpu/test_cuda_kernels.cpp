@@ -89,7 +89,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MatmulCase{DType::Q8_0, false}, MatmulCase{DType::Q4_0, false},
                       MatmulCase{DType::Q4_1, false}, MatmulCase{DType::Q5_0, false},
                       MatmulCase{DType::Q5_1, false}, MatmulCase{DType::Q4_K, false},
-                      MatmulCase{DType::Q5_K, false}, MatmulCase{DType::Q6_K, false}),
+                      MatmulCase{DType::Q5_K, false}, MatmulCase{DType::Q6_K, false},
+                      MatmulCase{DType::Q2_K, false}, MatmulCase{DType::Q3_K, false},
+                      MatmulCase{DType::IQ4_NL, false}, MatmulCase{DType::IQ4_XS, false}),
     [](const auto& info) {
       return std::string(dtype_name(info.param.type)) + (info.param.gpu_f32 ? "_gpu_f32" : "");
     });
@@ -385,7 +387,8 @@ TEST(CudaEmbed, RowsEqualCpuDequantization) {
   for (bool f32 : {false, true}) {
     auto be = cuda_backend(f32);
     for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                    DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                    DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K,
+                    DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS}) {
       const int64_t n_vocab = 50, n_embd = 512;
       auto wb = random_weight(t, n_vocab, n_embd, rng);
       const Weight host{t, n_vocab, n_embd, wb.data()};

@@ -222,6 +222,16 @@ void put_group(uint8_t* g, int c, const uint8_t* u) {
     for (int kg = 0; kg < 8; ++kg) std::memcpy(g + 64 * kg + 4 * c, u + 4 * kg, 4);
     return;
   }
+  if constexpr (Bits <= 3) {
+    for (int kg = 0; kg < 8; ++kg)
+      for (int j = 0; j < 4; ++j) {
+        const int lane = 4 * c + j, v = u[4 * kg + j];
+        g[64 * (kg / 4) + lane] |= uint8_t((v & 3) << (2 * (kg % 4)));
+        if constexpr (Bits == 3)
+          g[128 + 8 * kg + lane / 8] |= uint8_t(((v >> 2) & 1) << (lane % 8));
+      }
+    return;
+  }
   for (int t = 0; t < 4; ++t)  // k-groups 2t (low nibbles) and 2t + 1 (high)
     for (int j = 0; j < 4; ++j)
       g[64 * t + 4 * c + j] = uint8_t((u[8 * t + j] & 15) | (u[8 * t + 4 + j] & 15) << 4);
@@ -235,6 +245,10 @@ void put_group(uint8_t* g, int c, const uint8_t* u) {
 
 void put_group(DType t, uint8_t* g, int c, const uint8_t* u) {
   switch (code_bits(t)) {
+    case 2:
+      return put_group<2>(g, c, u);
+    case 3:
+      return put_group<3>(g, c, u);
     case 8:
       return put_group<8>(g, c, u);
     case 6:
@@ -249,6 +263,11 @@ void put_group(DType t, uint8_t* g, int c, const uint8_t* u) {
 uint8_t get_code(DType t, const uint8_t* g, int c, int e) {
   const int kg = e / 4, j = e % 4, lane = 4 * c + j;
   if (code_bits(t) == 8) return g[64 * kg + lane];
+  if (code_bits(t) <= 3) {
+    int u = (g[64 * (kg / 4) + lane] >> (2 * (kg % 4))) & 3;
+    if (code_bits(t) == 3) u |= ((g[128 + 8 * kg + lane / 8] >> (lane % 8)) & 1) << 2;
+    return uint8_t(u);
+  }
   int u = (g[64 * (kg / 2) + lane] >> (4 * (kg % 2))) & 15;
   if (code_bits(t) == 5) u |= ((g[256 + 8 * kg + lane / 8] >> (lane % 8)) & 1) << 4;
   if (code_bits(t) == 6) u |= ((g[256 + 64 * (kg / 4) + lane] >> (2 * (kg % 4))) & 3) << 4;

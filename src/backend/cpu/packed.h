@@ -12,9 +12,12 @@
 //   a group, k-group g (elements 4g..4g+3) of the 16 rows is the 64 bytes
 //   [16 rows][4] (byte 4c + j = u of row c, element 4g + j):
 //     8-bit (Q8_0, u = q + 128):  8 such vectors;
-//     4-bit (Q4_0, Q4_1, Q4_K, and Q2_K (u = q), Q3_K (u = q + 4), IQ4_NL, IQ4_XS (u the
-//                                 level's index)): 4 vectors of nibbles, vector t holding
+//     4-bit (Q4_0, Q4_1, Q4_K, and IQ4_NL, IQ4_XS with u the level's index):
+//                                 4 vectors of nibbles, vector t holding
 //                                 k-group 2t in the low and 2t + 1 in the high nibbles;
+//     2-bit (Q2_K, u = q):        2 vectors, vector t holding k-group 4t + s in bits
+//                                 2s..2s+1 of each byte;
+//     3-bit (Q3_K, u = q + 4):    the 2-bit part, then 8 64-bit masks of bit 2 (as 5-bit);
 //     5-bit (Q5_0, Q5_1, Q5_K):   the 4-bit part, then 8 64-bit masks (one per
 //                                 k-group, bit 4c + j = bit 4 of u);
 //     6-bit (Q6_K):               the 4-bit part, then 2 vectors of 2-bit high
@@ -80,11 +83,13 @@ constexpr int code_bits(DType t) {
     case DType::Q4_0:
     case DType::Q4_1:
     case DType::Q4_K:
-    case DType::Q2_K:
-    case DType::Q3_K:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
       return 4;
+    case DType::Q3_K:
+      return 3;
+    case DType::Q2_K:
+      return 2;
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q5_K:
@@ -97,7 +102,7 @@ constexpr int code_bits(DType t) {
 }
 // Bytes of codes of one 32-element group of 16 rows.
 constexpr size_t group_code_bytes(DType t) {
-  return code_bits(t) == 8 ? 512 : code_bits(t) == 5 ? 320 : code_bits(t) == 6 ? 384 : 256;
+  return size_t(code_bits(t)) * 64;
 }
 // Elements per scale block, and the bytes of its scales for 16 rows.
 constexpr int scale_block(DType t) {
