@@ -190,10 +190,7 @@ void block_scales(DType t, const uint8_t* src, uint8_t* rec, int c) {
       const auto& b = *reinterpret_cast<const BlockQ2_K*>(src);
       put16(0, b.d);
       put16(32, b.dmin);
-      for (int j = 0; j < 16; ++j) {
-        rec[64 + 16 * j + c] = b.scales[j] & 15;
-        rec[320 + 16 * j + c] = b.scales[j] >> 4;
-      }
+      for (int j = 0; j < 16; ++j) rec[64 + 16 * j + c] = b.scales[j];
       return;
     }
     case DType::Q3_K: {
@@ -404,8 +401,8 @@ void unpack_row(const PackedMatrix& m, int64_t o, float* out) {
         out[k] = f16(rec, 0) * float(int8_t(rec[32 + 16 * (e / 16) + c])) * float(u - 4);
         break;
       case DType::Q2_K: {
-        const float d1 = f16(rec, 0) * float(rec[64 + 16 * (e / 16) + c]);
-        const float m1 = f16(rec, 32) * float(rec[320 + 16 * (e / 16) + c]);
+        const uint8_t scm = rec[64 + 16 * (e / 16) + c];
+        const float d1 = f16(rec, 0) * float(scm & 15), m1 = f16(rec, 32) * float(scm >> 4);
         out[k] = d1 * float(u) - m1;
         break;
       }

@@ -26,7 +26,7 @@
 //   Scales per 32 (Q4_0, Q5_0, Q8_0: d[16]; Q4_1, Q5_1: d[16], m[16]; f16) or
 //   per 256 (Q4_K, Q5_K: d[16], dmin[16] f16, sc[8][16], m[8][16] u8;
 //   Q6_K, Q3_K: d[16] f16, sc[16][16] i8 (Q3_K's sc - 32); Q2_K: d[16], dmin[16] f16,
-//   sc[16][16], m[16][16] u8; IQ4_XS: d[16] f16, sc[8][16] i8 (ls - 32)).
+//   (sc | m << 4)[16][16] u8 (the file's bytes); IQ4_XS: d[16] f16, sc[8][16] i8 (ls - 32)).
 // Every weight is exactly what dequantize_row_ref gives for it: the kernels
 // apply the reference formula to u (Q4_0: float(int(u) - 8) * d, ...).
 //
@@ -139,7 +139,7 @@ constexpr size_t scale_block_bytes(DType t) {
     case DType::Q3_K:
       return 288;  // d[16] f16, sc[16][16] i8
     case DType::Q2_K:
-      return 576;  // d[16], dmin[16] f16, sc[16][16], m[16][16] u8
+      return 320;  // d[16], dmin[16] f16, (sc | m << 4)[16][16] u8
     case DType::IQ4_XS:
       return 160;  // d[16] f16, sc[8][16] i8
     default:
