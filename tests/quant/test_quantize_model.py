@@ -61,8 +61,8 @@ def test_disk_full_leaves_no_file(tmp_path, model):
 
 
 def test_bad_type_is_a_clear_error(tmp_path, model):
-    r = wick("quantize", model, tmp_path / "x.gguf", "--type", "q3_k", check=False)
-    assert r.returncode != 0 and "q3_k" in r.stderr and "q4_k_m" in r.stderr
+    r = wick("quantize", model, tmp_path / "x.gguf", "--type", "iq2_xs", check=False)
+    assert r.returncode != 0 and "iq2_xs" in r.stderr and "q4_k_m" in r.stderr
     assert list(tmp_path.iterdir()) == []
 
 
