@@ -9,9 +9,10 @@
 
 namespace wick::test {
 
-inline constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                                      DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                      DType::Q4_K, DType::Q5_K, DType::Q6_K};
+inline constexpr DType kAllTypes[] = {DType::F32,  DType::F16,    DType::BF16,  DType::Q8_0,
+                                      DType::Q4_0, DType::Q4_1,   DType::Q5_0,  DType::Q5_1,
+                                      DType::Q4_K, DType::Q5_K,   DType::Q6_K,  DType::Q2_K,
+                                      DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS};
 inline constexpr const char* kIsas[] = {"generic", "avx2", "avx512", "avx512bf16"};
 
 inline uint32_t bits(float f) {

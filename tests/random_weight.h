@@ -29,7 +29,9 @@ inline std::vector<uint8_t> random_weight(DType t, int64_t n_out, int64_t n_in, 
   // sane f16 scale fields, as in the GGUF fixture
   const size_t bb = traits(t).block_bytes;
   std::vector<size_t> offs =
-      t == DType::Q6_K ? std::vector<size_t>{208}
+      t == DType::Q6_K   ? std::vector<size_t>{208}
+      : t == DType::Q2_K ? std::vector<size_t>{80, 82}
+      : t == DType::Q3_K ? std::vector<size_t>{108}
       : (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K)
           ? std::vector<size_t>{0, 2}
           : std::vector<size_t>{0};

@@ -144,15 +144,15 @@ std::string rewrite_gguf(
 }
 
 TEST_F(BadInput, UnsupportedQuantType) {
-  auto g = rewrite_gguf("q2k", [](std::string& n, DType& dt, auto& shape, auto& bytes) {
-    if (n == "blk.0.attn_v.weight") {  // [32, 64] f32 -> [32, 256] q2_k: 32 blocks of 84 bytes
-      dt = DType::Q2_K;
+  auto g = rewrite_gguf("iq2xxs", [](std::string& n, DType& dt, auto& shape, auto& bytes) {
+    if (n == "blk.0.attn_v.weight") {  // [32, 64] f32 -> [32, 256] iq2_xxs: 32 blocks of 66 bytes
+      dt = static_cast<DType>(16);     // GGML's IQ2_XXS, which wick does not read
       shape = {32, 256};
-      bytes.assign(32 * 84, 0);
+      bytes.assign(32 * 66, 0);
     }
     return true;
   });
-  expect_load_error(g, {g, "blk.0.attn_v.weight", "q2_k", "not support"});
+  expect_load_error(g, {g, "blk.0.attn_v.weight", "iq2_xxs", "not support"});
 }
 
 TEST_F(BadInput, GgufWrongShapeMissingTruncatedAndOutside) {

@@ -17,7 +17,8 @@ namespace {
 TEST(CudaRepack, ValuesEqualCpuDequantization) {
   std::mt19937 rng(2);
   for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+                  DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K,
+                  DType::IQ4_NL, DType::IQ4_XS}) {
     const int64_t n_out = 9, n_in = 512;
     auto wb = random_weight(t, n_out, n_in, rng);
     const Weight w{t, n_out, n_in, wb.data()};

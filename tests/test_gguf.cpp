@@ -80,7 +80,8 @@ TEST(Gguf, DequantizationMatchesGgufPackage) {
     }
     ++n_types;
   }
-  EXPECT_EQ(n_types, 11);  // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k
+  EXPECT_EQ(n_types, 15);  // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
+                           // iq4_nl iq4_xs
 }
 
 TEST(Gguf, ReadsVersion2) {
@@ -93,7 +94,7 @@ TEST(Gguf, ReadsVersion2) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
   GgufFile f(path);
   EXPECT_EQ(f.version(), 2u);
-  EXPECT_EQ(f.tensors().all().size(), 11u);
+  EXPECT_EQ(f.tensors().all().size(), 15u);
   uint32_t v1 = 1;
   std::memcpy(bytes.data() + 4, &v1, 4);
   std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));

@@ -31,7 +31,7 @@ class Loader {
     if (!traits(t->dtype).supported)
       throw_model(
           "{}: tensor '{}' has type {}, which wick does not support (supported: f32, f16, "
-          "bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)",
+          "bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs)",
           t->file, name, dtype_name(t->dtype));
     if (t->shape != shape)
       throw_model("{}: tensor '{}' has shape {}, expected {}", t->file, name, shape_str(t->shape),

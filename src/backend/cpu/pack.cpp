@@ -116,6 +116,24 @@ void block_codes(DType t, const uint8_t* src, uint8_t* u) {
       }
       return;
     }
+    case DType::Q2_K: {
+      const auto& b = *reinterpret_cast<const BlockQ2_K*>(src);
+      for (int e = 0; e < 256; ++e) u[e] = uint8_t(q2k_code(b, e));
+      return;
+    }
+    case DType::Q3_K: {
+      const auto& b = *reinterpret_cast<const BlockQ3_K*>(src);
+      for (int e = 0; e < 256; ++e) u[e] = uint8_t(q3k_code(b, e) + 4);
+      return;
+    }
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: {  // 16 bytes per 32: low nibbles 0..15, high 16..31
+      const uint8_t* qs = t == DType::IQ4_NL ? reinterpret_cast<const BlockIQ4_NL*>(src)->qs
+                                             : reinterpret_cast<const BlockIQ4_XS*>(src)->qs;
+      for (int e = 0; e < scale_block(t); ++e)
+        u[e] = uint8_t((qs[16 * (e / 32) + e % 16] >> (4 * ((e % 32) / 16))) & 15);
+      return;
+    }
     default:
       throw std::logic_error("block_codes: not a quantized type");
   }
@@ -166,6 +184,30 @@ void block_scales(DType t, const uint8_t* src, uint8_t* rec, int c) {
       const auto& b = *reinterpret_cast<const BlockQ6_K*>(src);
       put16(0, b.d);
       for (int j = 0; j < 16; ++j) rec[32 + 16 * j + c] = uint8_t(b.scales[j]);
+      return;
+    }
+    case DType::Q2_K: {
+      const auto& b = *reinterpret_cast<const BlockQ2_K*>(src);
+      put16(0, b.d);
+      put16(32, b.dmin);
+      for (int j = 0; j < 16; ++j) {
+        rec[64 + 16 * j + c] = b.scales[j] & 15;
+        rec[320 + 16 * j + c] = b.scales[j] >> 4;
+      }
+      return;
+    }
+    case DType::Q3_K: {
+      const auto& b = *reinterpret_cast<const BlockQ3_K*>(src);
+      put16(0, b.d);
+      for (int j = 0; j < 16; ++j) rec[32 + 16 * j + c] = uint8_t(int8_t(q3k_scale(b, j)));
+      return;
+    }
+    case DType::IQ4_NL:
+      return put16(0, reinterpret_cast<const BlockIQ4_NL*>(src)->d);
+    case DType::IQ4_XS: {
+      const auto& b = *reinterpret_cast<const BlockIQ4_XS*>(src);
+      put16(0, b.d);
+      for (int j = 0; j < 8; ++j) rec[32 + 16 * j + c] = uint8_t(int8_t(iq4xs_scale(b, j)));
       return;
     }
     default:
@@ -338,6 +380,21 @@ void unpack_row(const PackedMatrix& m, int64_t o, float* out) {
       }
       case DType::Q6_K:
         out[k] = f16(rec, 0) * float(int8_t(rec[32 + 16 * (e / 16) + c])) * float(u - 32);
+        break;
+      case DType::Q3_K:
+        out[k] = f16(rec, 0) * float(int8_t(rec[32 + 16 * (e / 16) + c])) * float(u - 4);
+        break;
+      case DType::Q2_K: {
+        const float d1 = f16(rec, 0) * float(rec[64 + 16 * (e / 16) + c]);
+        const float m1 = f16(rec, 32) * float(rec[320 + 16 * (e / 16) + c]);
+        out[k] = d1 * float(u) - m1;
+        break;
+      }
+      case DType::IQ4_NL:
+        out[k] = f16(rec, 0) * float(kIq4Values[u]);
+        break;
+      case DType::IQ4_XS:
+        out[k] = f16(rec, 0) * float(int8_t(rec[32 + 16 * (e / 32) + c])) * float(kIq4Values[u]);
         break;
       default:
         throw std::logic_error("unpack_row");

@@ -12,7 +12,8 @@
 //   a group, k-group g (elements 4g..4g+3) of the 16 rows is the 64 bytes
 //   [16 rows][4] (byte 4c + j = u of row c, element 4g + j):
 //     8-bit (Q8_0, u = q + 128):  8 such vectors;
-//     4-bit (Q4_0, Q4_1, Q4_K):   4 vectors of nibbles, vector t holding
+//     4-bit (Q4_0, Q4_1, Q4_K, and Q2_K (u = q), Q3_K (u = q + 4), IQ4_NL, IQ4_XS (u the
+//                                 level's index)): 4 vectors of nibbles, vector t holding
 //                                 k-group 2t in the low and 2t + 1 in the high nibbles;
 //     5-bit (Q5_0, Q5_1, Q5_K):   the 4-bit part, then 8 64-bit masks (one per
 //                                 k-group, bit 4c + j = bit 4 of u);
@@ -21,7 +22,8 @@
 //                                 4-5 of byte i of k-group 4h + s.
 //   Scales per 32 (Q4_0, Q5_0, Q8_0: d[16]; Q4_1, Q5_1: d[16], m[16]; f16) or
 //   per 256 (Q4_K, Q5_K: d[16], dmin[16] f16, sc[8][16], m[8][16] u8;
-//   Q6_K: d[16] f16, sc[16][16] i8).
+//   Q6_K, Q3_K: d[16] f16, sc[16][16] i8 (Q3_K's sc - 32); Q2_K: d[16], dmin[16] f16,
+//   sc[16][16], m[16][16] u8; IQ4_XS: d[16] f16, sc[8][16] i8 (ls - 32)).
 // Every weight is exactly what dequantize_row_ref gives for it: the kernels
 // apply the reference formula to u (Q4_0: float(int(u) - 8) * d, ...).
 //
@@ -78,6 +80,10 @@ constexpr int code_bits(DType t) {
     case DType::Q4_0:
     case DType::Q4_1:
     case DType::Q4_K:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
       return 4;
     case DType::Q5_0:
     case DType::Q5_1:
@@ -95,7 +101,26 @@ constexpr size_t group_code_bytes(DType t) {
 }
 // Elements per scale block, and the bytes of its scales for 16 rows.
 constexpr int scale_block(DType t) {
-  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 256 : 32;
+  switch (t) {
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::IQ4_XS:
+      return 256;
+    default:
+      return 32;
+  }
+}
+// Scale records with one factor per 16 elements (two per 32-element group).
+constexpr int halves(DType t) {
+  return t == DType::Q6_K || t == DType::Q2_K || t == DType::Q3_K ? 2 : 1;
+}
+// Codes that index the non-linear levels kIq4Values: the kernels map them to level + 128
+// and treat them as Q8_0's codes.
+constexpr bool lut_codes(DType t) {
+  return t == DType::IQ4_NL || t == DType::IQ4_XS;
 }
 constexpr size_t scale_block_bytes(DType t) {
   switch (t) {
@@ -106,7 +131,12 @@ constexpr size_t scale_block_bytes(DType t) {
     case DType::Q5_K:
       return 320;  // d[16], dmin[16] f16, sc[8][16], m[8][16] u8
     case DType::Q6_K:
+    case DType::Q3_K:
       return 288;  // d[16] f16, sc[16][16] i8
+    case DType::Q2_K:
+      return 576;  // d[16], dmin[16] f16, sc[16][16], m[16][16] u8
+    case DType::IQ4_XS:
+      return 160;  // d[16] f16, sc[8][16] i8
     default:
       return 32;  // d[16] f16
   }

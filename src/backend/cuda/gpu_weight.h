@@ -3,7 +3,8 @@
 // zeros to a whole number of k-chunks (see matmul.cu):
 //   BF16, F16, F32   dense rows;
 //   I8               int8 q per element, w = q * scale - min per group
-//                    (Q8_0, Q5_0, Q5_1, Q5_K: groups of 32; Q6_K: groups of 16);
+//                    (Q8_0, Q5_0, Q5_1, Q5_K, IQ4_NL, IQ4_XS: groups of 32; Q6_K, Q2_K,
+//                    Q3_K: groups of 16; IQ4's q is the level itself);
 //   U4               4-bit q per element (byte b holds elements 2b, 2b+1 in
 //                    its low and high nibble), w = q * scale - min per group
 //                    of 32 (Q4_0, Q4_1, Q4_K).

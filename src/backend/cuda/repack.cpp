@@ -110,6 +110,42 @@ void levels(const BlockQ6_K& b, Levels& l) {  // (d sc) q: the CPU's d * sc * q
   }
 }
 
+void levels(const BlockQ2_K& b, Levels& l) {  // (d sc) q - dmin m per 16
+  const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+  for (int g = 0; g < 16; ++g) {
+    l.scale[g] = d * float(b.scales[g] & 15);
+    l.min[g] = dmin * float(b.scales[g] >> 4);
+  }
+  for (int e = 0; e < 256; ++e) l.q[e] = int8_t(q2k_code(b, e));
+}
+void levels(const BlockQ3_K& b, Levels& l) {  // (d (sc - 32)) q per 16
+  const float d = f16_to_f32(b.d);
+  for (int g = 0; g < 16; ++g) {
+    l.scale[g] = d * float(q3k_scale(b, g));
+    l.min[g] = 0.f;
+  }
+  for (int e = 0; e < 256; ++e) l.q[e] = int8_t(q3k_code(b, e));
+}
+void levels(const BlockIQ4_NL& b, Levels& l) {  // the level (an int8) times d
+  for (int j = 0; j < 16; ++j) {
+    l.q[j] = kIq4Values[b.qs[j] & 15];
+    l.q[j + 16] = kIq4Values[b.qs[j] >> 4];
+  }
+  l.scale[0] = f16_to_f32(b.d);
+  l.min[0] = 0.f;
+}
+void levels(const BlockIQ4_XS& b, Levels& l) {  // the level times d (ls - 32) per 32
+  const float d = f16_to_f32(b.d);
+  for (int ib = 0; ib < 8; ++ib) {
+    l.scale[ib] = d * float(iq4xs_scale(b, ib));
+    l.min[ib] = 0.f;
+    for (int j = 0; j < 16; ++j) {
+      l.q[32 * ib + j] = kIq4Values[b.qs[16 * ib + j] & 15];
+      l.q[32 * ib + j + 16] = kIq4Values[b.qs[16 * ib + j] >> 4];
+    }
+  }
+}
+
 template <typename Block>
 void repack_int(const Weight& w, Repacked& r, int block_elems, int group, bool nibbles) {
   r.fmt = nibbles ? Fmt::U4 : Fmt::I8;
@@ -213,6 +249,18 @@ Repacked repack(const Weight& w, bool keep_f32) {
       break;
     case DType::Q6_K:
       repack_int<BlockQ6_K>(w, r, 256, 16, false);
+      break;
+    case DType::Q2_K:
+      repack_int<BlockQ2_K>(w, r, 256, 16, false);
+      break;
+    case DType::Q3_K:
+      repack_int<BlockQ3_K>(w, r, 256, 16, false);
+      break;
+    case DType::IQ4_NL:
+      repack_int<BlockIQ4_NL>(w, r, 32, 32, false);
+      break;
+    case DType::IQ4_XS:
+      repack_int<BlockIQ4_XS>(w, r, 256, 32, false);
       break;
     default:
       throw std::invalid_argument(std::string("no CUDA layout for weights of type ") +
