@@ -1,6 +1,8 @@
 #include "cli/device_options.h"
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "engine/model_pool.h"
 
@@ -35,11 +37,15 @@ void add_device_options(CLI::App* cmd) {
   cmd->add_option("--gpu-memory-fraction", p.gpu_memory_fraction,
                   "share of the GPU's memory wick may use for weights and KV cache (default 0.9)")
       ->check(CLI::Range(0.05, 1.0));
+  // the types and mixes of wick quantize (quant_plan_names)
+  static const std::vector<std::string> kQuantizeTypes{
+      "f32",  "f16",  "bf16", "q8_0",   "q4_0",   "q4_1",   "q5_0",   "q5_1",   "q2_k",   "q3_k",
+      "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_m", "q5_k_m"};
   cmd->add_option("--quantize", p.quantize,
                   "quantize the f32/f16/bf16 matrices of the model at load (in memory, in "
-                  "parallel): q8_0, q6_k, q5_k_m, q4_k_m, q4_0, ... (the types of wick quantize)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-                             "q5_k", "q6_k", "q4_k_m", "q5_k_m"}));
+                  "parallel): q8_0, q6_k, q5_k_m, q4_k_m, iq4_xs, q3_k_m, q2_k, q4_0, ... (the "
+                  "types of wick quantize)")
+      ->check(CLI::IsMember(kQuantizeTypes));
   cmd->add_option("--kv-cache-dtype", p.kv_cache_dtype,
                   "the KV cache's type: f32, f16 (half the memory) or q8_0 (the CPU, head dims "
                   "a multiple of 32: 0.27 of the memory); default f32 on the CPU, f16 on a GPU, "

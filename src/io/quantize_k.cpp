@@ -1,11 +1,15 @@
 // K-quants: super-blocks of 256 with per-sub-block scales stored in 6 bits
-// (q4_k, q5_k: 8 sub-blocks of 32, x = scale * q - min) or 8 bits (q6_k: 16
-// sub-blocks of 16, x = scale * (q - 32)). Plain min/max rounding wastes
-// levels on outliers; instead each sub-block tries a range of scales, fits
-// scale and minimum to the resulting levels by least squares, and keeps the
-// fit with the smallest squared error. The sub-block scales are then
-// quantized against the super-block's f16 scale, and the levels computed
-// again with the scales as stored, so the error measured is the real one.
+// (q4_k, q5_k: 8 sub-blocks of 32, x = scale * q - min; q3_k: 16 sub-blocks
+// of 16, x = scale * q, q in -4..3), 4 bits (q2_k: 16 sub-blocks of 16,
+// x = scale * q - min, q in 0..3) or 8 bits (q6_k: 16 sub-blocks of 16,
+// x = scale * (q - 32)). Plain min/max rounding wastes levels on outliers;
+// instead each sub-block tries a range of scales, fits scale and minimum to
+// the resulting levels by least squares, and keeps the fit with the smallest
+// squared error. The sub-block scales are then quantized against the
+// super-block's f16 scale, and the levels computed again with the scales as
+// stored, so the error measured is the real one. q2_k and q3_k, whose few
+// levels make the scale rounding costly, then try each sub-block's stored
+// scale (and minimum) one step either side.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,17 +21,30 @@ namespace wick {
 
 namespace {
 
-constexpr int kSteps = 10;       // candidate scales on each side of the min/max one
-constexpr float kStep = 0.1f;    // in units of one level
-constexpr int kRefinements = 2;  // re-rounding passes after the search
+// The candidate scales a sub-block's search tries: `steps` on each side of the
+// min/max (absmax) one, `step` levels apart, each refitted and re-rounded
+// `refinements` times. q2_k and q3_k take the same range (one level either
+// way) in half the candidates: with 4 or 8 levels their fits come out the
+// same (q3_k) or within 0.05 % RMS (q2_k) in half the time.
+struct SearchGrid {
+  int steps;
+  float step;
+  int refinements;
+};
+constexpr SearchGrid kFine{10, 0.1f, 2}, kCoarse{5, 0.2f, 2};
 
 struct Fit {
   float scale = 0.f, min = 0.f;  // x ~ scale * q - min, min >= 0
   float err = 0.f;
 };
 
+// v rounded to the nearest integer (half to even, as nearbyint) within
+// [lo, hi]; a NaN gives lo. Adding and taking away 1.5 * 2^23 rounds in the
+// default mode without a libm call (x86-64's baseline has no roundss).
 int nearest(float v, int lo, int hi) {
-  return std::clamp(int(std::nearbyint(v)), lo, hi);
+  v = v > float(lo) ? v : float(lo);
+  v = v < float(hi) ? v : float(hi);
+  return int(v + 12582912.f - 12582912.f);
 }
 
 // Squared error of x ~ scale * q - min with q rounded from the given fit.
@@ -67,7 +84,7 @@ Fit fit_affine(const float* x, const uint8_t* q, int n) {
 }
 
 // The best (scale, min) for one sub-block with levels 0..n_max.
-Fit search_affine(const float* x, int n, int n_max) {
+Fit search_affine(const float* x, int n, int n_max, const SearchGrid& g) {
   float lo = 0.f, hi = x[0];  // lo <= 0: min is stored unsigned
   for (int i = 0; i < n; ++i) {
     lo = std::min(lo, x[i]);
@@ -82,31 +99,32 @@ Fit search_affine(const float* x, int n, int n_max) {
   best.scale = (hi - lo) / float(n_max);  // plain min/max rounding, the baseline
   best.min = -lo;
   best.err = affine_error(x, n, best.scale, best.min, n_max, q);
-  for (int k = -kSteps; k <= kSteps; ++k) {
-    const float iscale = (float(n_max) + kStep * float(k)) / (hi - lo);
+  for (int k = -g.steps; k <= g.steps; ++k) {
+    const float iscale = (float(n_max) + g.step * float(k)) / (hi - lo);
     for (int i = 0; i < n; ++i) q[i] = uint8_t(nearest(iscale * (x[i] - lo), 0, n_max));
     Fit f = fit_affine(x, q, n);
-    for (int r = 0; r <= kRefinements; ++r) {
+    for (int r = 0; r <= g.refinements; ++r) {
       if (f.scale <= 0.f) break;
       f.err = affine_error(x, n, f.scale, f.min, n_max, q);
       if (f.err < best.err) best = f;
-      if (r < kRefinements) f = fit_affine(x, q, n);
+      if (r < g.refinements) f = fit_affine(x, q, n);
     }
   }
   return best;
 }
 
-// The best signed scale for x ~ scale * q, q in [-32, 31] (one q6_k sub-block).
-float search_symmetric(const float* x, int n) {
+// The best signed scale for x ~ scale * q, q in [q_lo, q_hi] (q_lo = -q_hi - 1:
+// one q6_k or q3_k sub-block).
+float search_symmetric(const float* x, int n, int q_lo, int q_hi, const SearchGrid& g) {
   const float xm = signed_amax(x, n);
   if (xm == 0.f) return 0.f;
-  float best_scale = xm / -32.f, best_err = INFINITY;
+  float best_scale = xm / float(q_lo), best_err = INFINITY;
   auto error_of = [&](float scale, double* sxq, double* sqq) {
     const float inv = scale != 0.f ? 1.f / scale : 0.f;
     float err = 0.f;
     *sxq = *sqq = 0;
     for (int i = 0; i < n; ++i) {
-      const int q = nearest(x[i] * inv, -32, 31);
+      const int q = nearest(x[i] * inv, q_lo, q_hi);
       const float e = scale * float(q) - x[i];
       err += e * e;
       *sxq += double(x[i]) * q;
@@ -115,10 +133,10 @@ float search_symmetric(const float* x, int n) {
     return err;
   };
   // The largest magnitude on the extra negative level, or on the top positive one.
-  for (float top : {-32.f, 31.f})
-    for (int k = -kSteps; k <= kSteps; ++k) {
-      float scale = xm / (top + (top < 0 ? -1.f : 1.f) * kStep * float(k));
-      for (int r = 0; r <= kRefinements; ++r) {
+  for (float top : {float(q_lo), float(q_hi)})
+    for (int k = -g.steps; k <= g.steps; ++k) {
+      float scale = xm / (top + (top < 0 ? -1.f : 1.f) * g.step * float(k));
+      for (int r = 0; r <= g.refinements; ++r) {
         double sxq, sqq;
         const float err = error_of(scale, &sxq, &sqq);
         if (err < best_err) {
@@ -147,54 +165,91 @@ void pack_scale_min(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
   }
 }
 
-// Sub-block fits of a q4_k / q5_k super-block as stored: 6-bit scales and
-// mins against f16 super-block scales, and the levels for them.
+// The layout of an affine K-quant super-block: n_sub sub-blocks of len
+// elements, levels 0..n_max, sub-block scales and mins 0..sc_max.
+struct AffineLayout {
+  int n_sub, len, n_max, sc_max;
+  SearchGrid grid;
+};
+constexpr AffineLayout kQ4K{8, 32, 15, 63, kFine}, kQ5K{8, 32, 31, 63, kFine},
+    kQ2K{16, 16, 3, 15, kCoarse};
+
+// Sub-block fits of a q2_k / q4_k / q5_k super-block as stored: 4- or 6-bit
+// scales and mins against f16 super-block scales, and the levels for them.
 struct AffineSuperblock {
   uint16_t d = 0, dmin = 0;
-  uint8_t ls[8] = {}, lm[8] = {};
+  uint8_t ls[16] = {}, lm[16] = {};
   uint8_t q[256];
   float err = 0.f;
 };
 
-AffineSuperblock pack_affine(const float* x, const Fit* fits, int n_max) {
+AffineSuperblock pack_affine(const float* x, const Fit* fits, const AffineLayout& L) {
   AffineSuperblock sb;
   float max_scale = 0.f, max_min = 0.f;
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < L.n_sub; ++j) {
     max_scale = std::max(max_scale, fits[j].scale);
     max_min = std::max(max_min, fits[j].min);
   }
-  // rounded to f16 first, so that the 6-bit scales fit the stored super-block scales
-  sb.d = f32_to_f16(max_scale / 63.f);
-  sb.dmin = f32_to_f16(max_min / 63.f);
+  // rounded to f16 first, so that the sub-block scales fit the stored super-block scales
+  sb.d = f32_to_f16(max_scale / float(L.sc_max));
+  sb.dmin = f32_to_f16(max_min / float(L.sc_max));
   const float d16 = f16_to_f32(sb.d), dmin16 = f16_to_f32(sb.dmin);
-  for (int j = 0; j < 8; ++j) {
-    sb.ls[j] = uint8_t(d16 > 0 ? nearest(fits[j].scale / d16, 0, 63) : 0);
-    sb.lm[j] = uint8_t(dmin16 > 0 ? nearest(fits[j].min / dmin16, 0, 63) : 0);
+  for (int j = 0; j < L.n_sub; ++j) {
+    sb.ls[j] = uint8_t(d16 > 0 ? nearest(fits[j].scale / d16, 0, L.sc_max) : 0);
+    sb.lm[j] = uint8_t(dmin16 > 0 ? nearest(fits[j].min / dmin16, 0, L.sc_max) : 0);
   }
-  for (int j = 0; j < 8; ++j)  // the levels for the scales as stored
-    sb.err += affine_error(x + 32 * j, 32, d16 * float(sb.ls[j]), dmin16 * float(sb.lm[j]), n_max,
-                           sb.q + 32 * j);
+  for (int j = 0; j < L.n_sub; ++j)  // the levels for the scales as stored
+    sb.err += affine_error(x + L.len * j, L.len, d16 * float(sb.ls[j]), dmin16 * float(sb.lm[j]),
+                           L.n_max, sb.q + L.len * j);
   return sb;
 }
 
-// One q4_k / q5_k super-block. The searched fits are kept unless plain
-// min/max fits come out better once their scales are rounded to 6 bits
-// (blocks already on a grid, such as weights dequantized from q4_1).
-AffineSuperblock quantize_affine_superblock(const float* x, int n_max) {
-  Fit searched[8], minmax[8];
-  for (int j = 0; j < 8; ++j) {
-    searched[j] = search_affine(x + 32 * j, 32, n_max);
-    float lo = 0.f, hi = x[32 * j];
-    for (int i = 0; i < 32; ++i) {
-      lo = std::min(lo, x[32 * j + i]);
-      hi = std::max(hi, x[32 * j + i]);
+// One affine super-block. The searched fits are kept unless plain min/max
+// fits come out better once their scales are rounded (blocks already on a
+// grid, such as weights dequantized from q4_1).
+AffineSuperblock quantize_affine_superblock(const float* x, const AffineLayout& L) {
+  Fit searched[16], minmax[16];
+  for (int j = 0; j < L.n_sub; ++j) {
+    const float* xj = x + L.len * j;
+    searched[j] = search_affine(xj, L.len, L.n_max, L.grid);
+    float lo = 0.f, hi = xj[0];
+    for (int i = 0; i < L.len; ++i) {
+      lo = std::min(lo, xj[i]);
+      hi = std::max(hi, xj[i]);
     }
-    minmax[j].scale = std::max(hi - lo, 0.f) / float(n_max);
+    minmax[j].scale = std::max(hi - lo, 0.f) / float(L.n_max);
     minmax[j].min = -lo;
   }
-  AffineSuperblock a = pack_affine(x, searched, n_max);
-  AffineSuperblock b = pack_affine(x, minmax, n_max);
+  AffineSuperblock a = pack_affine(x, searched, L);
+  AffineSuperblock b = pack_affine(x, minmax, L);
   return b.err < a.err ? b : a;
+}
+
+// Each sub-block's stored scale and min moved one step either way where that
+// lowers its error with the super-block scales as they are (q2_k: a 4-bit
+// scale rounds coarsely, and the nearest one is not always the best).
+void refine_affine(const float* x, AffineSuperblock& sb, const AffineLayout& L) {
+  const float d16 = f16_to_f32(sb.d), dmin16 = f16_to_f32(sb.dmin);
+  uint8_t q[32];
+  sb.err = 0.f;
+  for (int j = 0; j < L.n_sub; ++j) {
+    const float* xj = x + L.len * j;
+    uint8_t* qj = sb.q + L.len * j;
+    const int ls0 = sb.ls[j], lm0 = sb.lm[j];
+    float best = affine_error(xj, L.len, d16 * float(ls0), dmin16 * float(lm0), L.n_max, qj);
+    for (int ls = std::max(ls0 - 1, 0); ls <= std::min(ls0 + 1, L.sc_max); ++ls)
+      for (int lm = std::max(lm0 - 1, 0); lm <= std::min(lm0 + 1, L.sc_max); ++lm) {
+        if (ls == ls0 && lm == lm0) continue;
+        const float e = affine_error(xj, L.len, d16 * float(ls), dmin16 * float(lm), L.n_max, q);
+        if (e < best) {
+          best = e;
+          sb.ls[j] = uint8_t(ls);
+          sb.lm[j] = uint8_t(lm);
+          std::memcpy(qj, q, size_t(L.len));
+        }
+      }
+    sb.err += best;
+  }
 }
 
 }  // namespace
@@ -203,7 +258,7 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ4_K*>(dst);
   for (int64_t b = 0; b < n / 256; ++b) {
     BlockQ4_K& o = out[b];
-    const AffineSuperblock sb = quantize_affine_superblock(src + b * 256, 15);
+    const AffineSuperblock sb = quantize_affine_superblock(src + b * 256, kQ4K);
     o.d = sb.d;
     o.dmin = sb.dmin;
     pack_scale_min(sb.ls, sb.lm, o.scales);
@@ -218,7 +273,7 @@ void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ5_K*>(dst);
   for (int64_t b = 0; b < n / 256; ++b) {
     BlockQ5_K& o = out[b];
-    const AffineSuperblock sb = quantize_affine_superblock(src + b * 256, 31);
+    const AffineSuperblock sb = quantize_affine_superblock(src + b * 256, kQ5K);
     o.d = sb.d;
     o.dmin = sb.dmin;
     pack_scale_min(sb.ls, sb.lm, o.scales);
@@ -235,8 +290,16 @@ void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
 
 namespace {
 
-// A q6_k super-block as stored for the given sub-block scales: 8-bit scales
-// against an f16 super-block scale, levels 0..63 (value + 32).
+// The layout of a symmetric K-quant super-block: 16 sub-blocks of 16,
+// levels q_lo..q_hi, signed sub-block scales sc_lo..sc_hi.
+struct SymmetricLayout {
+  int q_lo, q_hi, sc_lo, sc_hi;
+  SearchGrid grid;
+};
+constexpr SymmetricLayout kQ6K{-32, 31, -128, 127, kFine}, kQ3K{-4, 3, -32, 31, kCoarse};
+
+// A q6_k / q3_k super-block as stored for the given sub-block scales: 8- or
+// 6-bit scales against an f16 super-block scale, levels stored as q - q_lo.
 struct SymmetricSuperblock {
   uint16_t d = 0;
   int8_t ls[16] = {};
@@ -244,22 +307,61 @@ struct SymmetricSuperblock {
   float err = 0.f;
 };
 
-SymmetricSuperblock pack_symmetric(const float* x, const float* scales) {
+// err plus the squared error of one sub-block of 16 at scale s; its levels
+// (less q_lo) into q.
+float symmetric_error(const float* x, float s, const SymmetricLayout& L, uint8_t* q,
+                      float err = 0.f) {
+  const float inv = s != 0.f ? 1.f / s : 0.f;
+  for (int i = 0; i < 16; ++i) {
+    const int v = nearest(x[i] * inv, L.q_lo, L.q_hi);
+    q[i] = uint8_t(v - L.q_lo);
+    err += (s * float(v) - x[i]) * (s * float(v) - x[i]);
+  }
+  return err;
+}
+
+SymmetricSuperblock pack_symmetric(const float* x, const float* scales, const SymmetricLayout& L) {
   SymmetricSuperblock sb;
-  sb.d = f32_to_f16(signed_amax(scales, 16) / -128.f);
+  sb.d = f32_to_f16(signed_amax(scales, 16) / float(L.sc_lo));
   const float d16 = f16_to_f32(sb.d);
   for (int j = 0; j < 16; ++j) {
-    sb.ls[j] = int8_t(d16 != 0.f ? nearest(scales[j] / d16, -128, 127) : 0);
-    const float s = d16 * float(sb.ls[j]);
-    const float inv = s != 0.f ? 1.f / s : 0.f;
-    for (int i = 0; i < 16; ++i) {
-      const float v = x[16 * j + i];
-      const int q = nearest(v * inv, -32, 31);
-      sb.q[16 * j + i] = uint8_t(q + 32);
-      sb.err += (s * float(q) - v) * (s * float(q) - v);
-    }
+    sb.ls[j] = int8_t(d16 != 0.f ? nearest(scales[j] / d16, L.sc_lo, L.sc_hi) : 0);
+    sb.err = symmetric_error(x + 16 * j, d16 * float(sb.ls[j]), L, sb.q + 16 * j, sb.err);
   }
   return sb;
+}
+
+// The searched scales unless plain absmax ones fare better as stored.
+SymmetricSuperblock quantize_symmetric_superblock(const float* x, const SymmetricLayout& L) {
+  float searched[16], amax[16];
+  for (int j = 0; j < 16; ++j) {
+    searched[j] = search_symmetric(x + 16 * j, 16, L.q_lo, L.q_hi, L.grid);
+    amax[j] = signed_amax(x + 16 * j, 16) / float(L.q_lo);
+  }
+  const SymmetricSuperblock a = pack_symmetric(x, searched, L), c = pack_symmetric(x, amax, L);
+  return c.err < a.err ? c : a;
+}
+
+// Each sub-block's stored scale moved one step either way where that lowers
+// its error (q3_k: the 8 levels leave the rounded scale's choice coarse).
+void refine_symmetric(const float* x, SymmetricSuperblock& sb, const SymmetricLayout& L) {
+  const float d16 = f16_to_f32(sb.d);
+  uint8_t q[16];
+  sb.err = 0.f;
+  for (int j = 0; j < 16; ++j) {
+    const int ls0 = sb.ls[j];
+    float best = symmetric_error(x + 16 * j, d16 * float(ls0), L, sb.q + 16 * j);
+    for (int ls = std::max(ls0 - 1, L.sc_lo); ls <= std::min(ls0 + 1, L.sc_hi); ++ls) {
+      if (ls == ls0) continue;
+      const float e = symmetric_error(x + 16 * j, d16 * float(ls), L, q);
+      if (e < best) {
+        best = e;
+        sb.ls[j] = int8_t(ls);
+        std::memcpy(sb.q + 16 * j, q, 16);
+      }
+    }
+    sb.err += best;
+  }
 }
 
 }  // namespace
@@ -267,16 +369,8 @@ SymmetricSuperblock pack_symmetric(const float* x, const float* scales) {
 void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ6_K*>(dst);
   for (int64_t b = 0; b < n / 256; ++b) {
-    const float* x = src + b * 256;
+    const SymmetricSuperblock sb = quantize_symmetric_superblock(src + b * 256, kQ6K);
     BlockQ6_K& o = out[b];
-    float searched[16], amax[16];
-    for (int j = 0; j < 16; ++j) {
-      searched[j] = search_symmetric(x + 16 * j, 16);
-      amax[j] = signed_amax(x + 16 * j, 16) / -32.f;
-    }
-    // the searched scales unless plain absmax ones fare better as stored
-    const SymmetricSuperblock a = pack_symmetric(x, searched), c = pack_symmetric(x, amax);
-    const SymmetricSuperblock& sb = c.err < a.err ? c : a;
     o.d = sb.d;
     std::memcpy(o.scales, sb.ls, 16);
     const uint8_t* q = sb.q;
@@ -291,6 +385,55 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
         qh[l] = uint8_t((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
                         ((qq[l + 96] >> 4) << 6));
       }
+    }
+  }
+}
+
+namespace {
+
+// Q2_K / Q3_K: the 2 low bits of element e go to bits 2 ((e % 128) / 32) of
+// byte 32 (e / 128) + e % 32 (the inverse of k2_bits).
+void pack_k2_bits(const uint8_t* q, uint8_t* qs) {
+  std::memset(qs, 0, 64);
+  for (int e = 0; e < 256; ++e)
+    qs[32 * (e / 128) + e % 32] |= uint8_t((q[e] & 3) << (2 * ((e % 128) / 32)));
+}
+
+}  // namespace
+
+void quantize_row_q2_k(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ2_K*>(dst);
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* x = src + b * 256;
+    AffineSuperblock sb = quantize_affine_superblock(x, kQ2K);
+    refine_affine(x, sb, kQ2K);
+    BlockQ2_K& o = out[b];
+    o.d = sb.d;
+    o.dmin = sb.dmin;
+    for (int j = 0; j < 16; ++j) o.scales[j] = uint8_t(sb.ls[j] | (sb.lm[j] << 4));
+    pack_k2_bits(sb.q, o.qs);
+  }
+}
+
+void quantize_row_q3_k(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ3_K*>(dst);
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* x = src + b * 256;
+    SymmetricSuperblock sb = quantize_symmetric_superblock(x, kQ3K);
+    refine_symmetric(x, sb, kQ3K);
+    BlockQ3_K& o = out[b];
+    o.d = sb.d;
+    // levels q + 4 in 0..7: bits 0-1 as Q2_K's, bit 2 in hmask
+    pack_k2_bits(sb.q, o.qs);
+    std::memset(o.hmask, 0, sizeof o.hmask);
+    for (int e = 0; e < 256; ++e)
+      o.hmask[e % 32] |= uint8_t(((sb.q[e] >> 2) & 1) << (4 * (e / 128) + (e % 128) / 32));
+    // scales sc = ls + 32 in 0..63: low nibbles in bytes 0..7, high 2 bits in 8..11
+    std::memset(o.scales, 0, sizeof o.scales);
+    for (int s = 0; s < 16; ++s) {
+      const int sc = sb.ls[s] + 32;
+      o.scales[s % 8] |= uint8_t((sc & 15) << (4 * (s / 8)));
+      o.scales[8 + s % 4] |= uint8_t((sc >> 4) << (2 * (s / 4)));
     }
   }
 }
