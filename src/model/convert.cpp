@@ -73,7 +73,8 @@ class Emitter {
     const int64_t n_in = first.n_in, n_out = first.n_out;
     std::vector<int64_t> shape{n_out, n_in};
     if (parts.size() > 1) shape.insert(shape.begin(), int64_t(parts.size()));
-    const DType t = plan_.type_of(name, shape, c_.n_layer, c_.n_expert, tied_);
+    const DType t = plan_.type_of(name, shape, c_.n_layer, c_.n_expert, tied_,
+                                  c_.n_head_kv > 0 ? c_.n_head / c_.n_head_kv : 0);
     auto out = encode_rows(t, int64_t(parts.size()) * n_out, n_in, [&](int64_t r, float* row) {
       const Weight& w = *parts[size_t(r / n_out)];
       dequantize_row_ref(w.dtype, w.row(src_row(r % n_out)), row, n_in);
@@ -235,6 +236,10 @@ void convert_gguf(const std::string& src, const std::string& out_path, const Qua
   const std::string arch = f.get_str("general.architecture").value_or("");
   const int64_t n_layer = f.get_int(arch + ".block_count").value_or(0);
   const int64_t n_expert = f.get_int(arch + ".expert_count").value_or(0);
+  // query heads per KV head for the mixes' attn_v rules (0: taken from attn_v's shape)
+  const int64_t n_head = f.get_int(arch + ".attention.head_count").value_or(0);
+  const int64_t n_head_kv = f.get_int(arch + ".attention.head_count_kv").value_or(n_head);
+  const int64_t n_gqa = n_head > 0 && n_head_kv > 0 ? n_head / n_head_kv : 0;
   const bool tied = !f.tensors().find("output.weight");
   GgufWriter w;
   for (const auto& [key, v] : f.metadata()) {
@@ -251,7 +256,7 @@ void convert_gguf(const std::string& src, const std::string& out_path, const Qua
       throw_model("{}: tensor {} has type {}, which wick cannot read", src, name,
                   dtype_name(uint32_t(t.dtype)));
     const int64_t n_in = t.shape.back(), n_rows = t.numel() / n_in;
-    const DType to = plan.type_of(name, t.shape, n_layer, n_expert, tied);
+    const DType to = plan.type_of(name, t.shape, n_layer, n_expert, tied, n_gqa);
     if (to == t.dtype) {
       w.add_tensor(name, to, t.shape, t.data, t.n_bytes);
     } else {

@@ -23,7 +23,9 @@ class Quantizer {
           "--quantize: {} is already {}; quantize-on-load takes f32, f16 or bf16 models "
           "(write another type from it with `wick quantize`)",
           name, dtype_name(w.dtype));
-    const DType t = plan_.type_of(name, shape, m_.config.n_layer, m_.config.n_expert, tied_);
+    const ModelConfig& c = m_.config;
+    const DType t = plan_.type_of(name, shape, c.n_layer, c.n_expert, tied_,
+                                  c.n_head_kv > 0 ? c.n_head / c.n_head_kv : 0);
     if (t == w.dtype) return;
     const size_t rb = row_bytes(t, w.n_in);
     std::vector<uint8_t> out(size_t(w.n_out) * rb);
