@@ -2,6 +2,7 @@
 // here and in `wick bench`, never in unit tests.
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <string>
@@ -43,13 +44,16 @@ std::vector<uint8_t> random_weight(DType t, int64_t n_out, int64_t n_in, std::mt
       default: {  // block types: random codes, small f16 scales (and mins)
         for (size_t i = 0; i < rb; ++i) dst[i] = uint8_t(rng());
         const size_t bb = traits(t).block_bytes;
-        const bool has_min =
-            t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K;
-        const size_t d_off = t == DType::Q6_K ? 208 : 0;
+        const bool has_min = t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K ||
+                             t == DType::Q5_K || t == DType::Q2_K;
+        const size_t d_off = t == DType::Q6_K   ? offsetof(BlockQ6_K, d)
+                             : t == DType::Q2_K ? offsetof(BlockQ2_K, d)
+                             : t == DType::Q3_K ? offsetof(BlockQ3_K, d)
+                                                : 0;
         const uint16_t d = f32_to_f16(0.002f);
         for (size_t b = 0; b < rb / bb; ++b) {
           std::memcpy(dst + b * bb + d_off, &d, 2);
-          if (has_min) std::memcpy(dst + b * bb + 2, &d, 2);
+          if (has_min) std::memcpy(dst + b * bb + d_off + 2, &d, 2);
         }
       }
     }
@@ -120,7 +124,8 @@ void BM_Gemm(benchmark::State& st, DType t, cpu::GemmPath path) {
 [[maybe_unused]] const bool kGemmRegistered = [] {
   const char* names[] = {"f32", "i8", "bf16", "i8x3"};
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+                  DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K,
+                  DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS})
     for (auto p :
          {cpu::GemmPath::F32, cpu::GemmPath::I8, cpu::GemmPath::I8X3, cpu::GemmPath::BF16}) {
       if ((p != cpu::GemmPath::F32 && p != cpu::GemmPath::BF16 && !cpu::code_bits(t)) ||
