@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/cpu/cpu_limit.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/simd.h"
 #include "cli/device_options.h"
@@ -34,6 +35,11 @@ void apply_env() {
     cpu::set_n_threads(int(n));
   } else {
     cpu::set_n_threads(0);
+    if (const auto limit = cpu::process_cpu_limit())
+      spdlog::info(
+          "{} worker threads: the cgroup's CPU limit is {:.2f} cores (WICK_THREADS sets "
+          "the count)",
+          cpu::n_threads(), *limit);
   }
   if (const char* l = std::getenv("WICK_LOG"); l && *l) {
     auto level = spdlog::level::from_str(l);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_limit.h"
 #include "backend/cpu/simd.h"
 #include "io/quantize.h"
 
@@ -43,7 +44,7 @@ float* thread_buf(size_t n) {
 }
 
 void set_n_threads(int n) {
-  g_n_threads = n > 0 ? n : omp_get_num_procs();
+  g_n_threads = n > 0 ? n : default_n_threads(omp_get_num_procs(), process_cpu_limit());
   omp_set_num_threads(g_n_threads);
 }
 

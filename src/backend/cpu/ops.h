@@ -9,7 +9,7 @@
 
 namespace wick::cpu {
 
-void set_n_threads(int n);  // 0 = all cores
+void set_n_threads(int n);  // 0 = all cores, at most the cgroup's CPU limit (cpu_limit.h)
 int n_threads();
 // Per-thread scratch of at least n floats, grown and reused (no allocation per call).
 float* thread_buf(size_t n);
