@@ -1,9 +1,11 @@
 #include "model/shaped.h"
 
+#include <cstddef>
 #include <cstring>
 #include <map>
 
 #include "io/error.h"
+#include "io/quant_blocks.h"
 
 namespace wick {
 
@@ -63,7 +65,10 @@ void fill(DType t, int64_t n_out, int64_t n_in, uint8_t* dst, uint64_t seed) {
         // every f16 scale field sane: d (and m/dmin) around 0.002
         const size_t bb = traits(t).block_bytes;
         const std::vector<size_t> offs =
-            t == DType::Q6_K ? std::vector<size_t>{208}
+            t == DType::Q6_K   ? std::vector<size_t>{offsetof(BlockQ6_K, d)}
+            : t == DType::Q3_K ? std::vector<size_t>{offsetof(BlockQ3_K, d)}
+            : t == DType::Q2_K
+                ? std::vector<size_t>{offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}
             : (t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_1 || t == DType::Q5_K)
                 ? std::vector<size_t>{0, 2}
                 : std::vector<size_t>{0};
