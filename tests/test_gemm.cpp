@@ -241,5 +241,56 @@ TEST_P(PreparedMatmul, DecodeEqualsPrefill) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, PreparedMatmul, ::testing::ValuesIn(kAllTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// Products that share their input (q, k, v; gate, up) in one pass: each output equal bit for bit
+// to its own matmul, for one row and many, through the backend's qkv and gate/up entry points;
+// weights of one type, of types with one activation form (Q4_K, Q6_K: a Q4_K_M file's attention),
+// and of different forms (Q8_0's three levels beside Q4_K's one: each takes its own).
+TEST(PreparedMatmul, SharedInputProductsEqualSeparateOnes) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  const int64_t n_in = 512;
+  const std::vector<std::vector<DType>> sets = {{DType::Q4_K, DType::Q4_K, DType::Q4_K},
+                                                {DType::Q4_K, DType::Q6_K, DType::Q6_K},
+                                                {DType::Q8_0, DType::Q4_K, DType::Q4_1},
+                                                {DType::F16, DType::F16, DType::F16}};
+  const int64_t n_outs[3] = {300, 64, 64};  // q, k and v of a GQA layer, partial panels
+  for (const auto& types : sets)
+    for (const int64_t n_rows : {1, 5, 33}) {
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<Weight> w;
+      for (int i = 0; i < 3; ++i) {
+        bytes.push_back(random_weight(types[size_t(i)], n_outs[i], n_in, rng));
+        w.push_back(
+            be->prepare_matrix(Weight{types[size_t(i)], n_outs[i], n_in, bytes.back().data()}));
+      }
+      std::vector<float> x(size_t(n_rows * n_in));
+      for (auto& v : x) v = nd(rng);
+      std::vector<std::vector<float>> alone(3), shared(3);
+      float* out[3];
+      const Weight* ws[3] = {&w[0], &w[1], &w[2]};
+      const float* no_bias[3] = {nullptr, nullptr, nullptr};
+      for (int i = 0; i < 3; ++i) {
+        alone[size_t(i)].resize(size_t(n_rows * n_outs[i]));
+        shared[size_t(i)].assign(size_t(n_rows * n_outs[i]), NAN);
+        be->matmul(w[size_t(i)], x.data(), n_rows, alone[size_t(i)].data());
+        out[i] = shared[size_t(i)].data();
+      }
+      be->matmul_qkv(ws, no_bias, x.data(), n_rows, out);
+      for (int i = 0; i < 3; ++i)
+        for (size_t j = 0; j < alone[size_t(i)].size(); ++j)
+          ASSERT_EQ(bits(alone[size_t(i)][j]), bits(shared[size_t(i)][j]))
+              << dtype_name(types[size_t(i)]) << " product " << i << " rows " << n_rows << " at "
+              << j;
+      // gate/up: silu(gate) * up from the two shared products
+      std::vector<float> g(size_t(n_rows * n_outs[1])), u(g.size());
+      be->matmul_gate_up(w[1], w[2], x.data(), n_rows, g.data(), u.data());
+      std::vector<float> want = alone[1];
+      be->silu_mul(want.data(), alone[2].data(), int64_t(want.size()));
+      for (size_t j = 0; j < want.size(); ++j)
+        ASSERT_EQ(bits(want[j]), bits(g[j])) << "gate/up rows " << n_rows << " at " << j;
+    }
+}
+
 }  // namespace
 }  // namespace wick::test

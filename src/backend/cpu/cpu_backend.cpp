@@ -86,6 +86,19 @@ class CpuBackend final : public Backend {
   void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
     cpu::matmul(w, x, n_rows, y);
   }
+  void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
+                  float* out[3]) override {
+    cpu::matmul_shared_input(std::span<const Weight* const>(w, 3), x, n_rows, out);
+    for (int i = 0; i < 3; ++i)
+      if (bias[i]) cpu::add_bias(out[i], bias[i], n_rows, w[i]->n_out);
+  }
+  void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
+                      float* g, float* u) override {
+    const Weight* ws[2] = {&gate, &up};
+    float* ys[2] = {g, u};
+    cpu::matmul_shared_input(ws, x, n_rows, ys);
+    cpu::silu_mul(g, u, n_rows * gate.n_out);
+  }
   void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
     cpu::add_bias(y, b, n_rows, n);
   }

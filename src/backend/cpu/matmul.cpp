@@ -76,6 +76,45 @@ void matmul_packed(const PackedMatrix& m, const float* x, int64_t n_rows, float*
   }
 }
 
+void matmul_shared_input(std::span<const Weight* const> ws, const float* x, int64_t n_rows,
+                         float* const* ys) {
+  // One activation pass serves them all where they take the same form (path and row length).
+  const PackedMatrix* first = packed_of(*ws[0]);
+  bool shared = first != nullptr;
+  int64_t n_panels = 0, work = 0;
+  for (const Weight* w : ws) {
+    const PackedMatrix* m = packed_of(*w);
+    shared = shared && m && m->path == first->path && m->k_pad == first->k_pad;
+    if (!shared) break;
+    n_panels += m->n_panels;
+    work += m->n_out * m->n_in * n_rows;
+  }
+  if (!shared) {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, n_rows, ys[i]);
+    return;
+  }
+  const auto& k = simd();
+  const bool parallel = work > 32768;
+  const ActRows a = activations(*first, x, n_rows, parallel);
+  // The matrices' panels end to end, in contiguous runs per thread (one region, not one each).
+  auto run = [&](int64_t p0, int64_t p1) {
+    int64_t off = 0;
+    for (size_t i = 0; i < ws.size() && off < p1; ++i) {
+      const PackedMatrix& m = *packed_of(*ws[i]);
+      const int64_t lo = std::max(p0, off), hi = std::min(p1, off + m.n_panels);
+      if (lo < hi) k.gemm(m, a, lo - off, hi - off, ys[i]);
+      off += m.n_panels;
+    }
+  };
+  const int n_t = parallel ? int(std::min<int64_t>(n_threads(), n_panels)) : 1;
+  if (n_t == 1) return run(0, n_panels);
+#pragma omp parallel num_threads(n_t)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    run(n_panels * t / nt, n_panels * (t + 1) / nt);
+  }
+}
+
 void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) {
   if (const PackedMatrix* m = packed_of(w)) return matmul_packed(*m, x, n_rows, y);
   const auto& k = simd();

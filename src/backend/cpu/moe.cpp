@@ -61,8 +61,9 @@ void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_t
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x + int64_t(s.rows[size_t(i)]) * D, D, s.x.data() + i * D);
     const ExpertWeights& xw = experts[size_t(e)];
-    matmul(xw.gate, s.x.data(), n, s.gate.data());
-    matmul(xw.up, s.x.data(), n, s.up.data());
+    const Weight* gate_up[2] = {&xw.gate, &xw.up};
+    float* ys[2] = {s.gate.data(), s.up.data()};
+    matmul_shared_input(gate_up, s.x.data(), n, ys);
     silu_mul(s.gate.data(), s.up.data(), n * F);
     matmul(xw.down, s.gate.data(), n, s.out.data());
     for (int64_t i = 0; i < n; ++i) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -18,6 +19,10 @@ void embed(const Weight& tok, const int32_t* ids, int64_t n, float* out);  // ou
 void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
 // y[r, o] = sum_i w[o, i] * x[r, i];  x [n_rows, w.n_in], y [n_rows, w.n_out]
 void matmul(const Weight& w, const float* x, int64_t n_rows, float* y);
+// ys[i] = x . ws[i]^T for several weights of the same n_in (q, k, v; gate, up): the bits of
+// matmul for each, in one pass over x and one parallel region where their packed forms allow.
+void matmul_shared_input(std::span<const Weight* const> ws, const float* x, int64_t n_rows,
+                         float* const* ys);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 void add(float* y, const float* x, int64_t n);           // y += x
 void silu_mul(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
