@@ -137,6 +137,16 @@ TEST(Quantize, KernelSetsWriteTheScalarWritersBytes) {
   expect_same_bytes(synthetic_rows(4096), "synthetic");
 }
 
+// Rows of 1, 3 and 5 super-blocks: the writers that take two at a time
+// (q4_k, q5_k, iq4_xs on AVX-512) with one left over.
+TEST(Quantize, RowsOfAnOddNumberOfSuperblocks) {
+  for (int64_t n_sb : {1, 3, 5}) {
+    auto rows = synthetic_rows(256 * n_sb);
+    rows.resize(12);
+    expect_same_bytes(rows, std::to_string(n_sb) + " super-blocks");
+  }
+}
+
 // IQ4_NL rows of 1 to 11 blocks of 32: the lanes past a row's last block.
 TEST(Quantize, Iq4NlRowsOfAnyBlockCount) {
   std::mt19937 rng(7);
