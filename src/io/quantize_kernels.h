@@ -16,7 +16,7 @@ struct QuantKernels {
 };
 
 // The best for this CPU; WICK_ISA (generic, avx2, avx512, avx512bf16) picks
-// another as it does for the CPU kernels (avx512bf16: the avx512 writers).
+// another where this CPU runs it (avx512bf16: the avx512 writers).
 const QuantKernels& quant_kernels();
 // nullptr when not compiled in or not supported here.
 const QuantKernels* quant_kernels_for(const char* isa);
