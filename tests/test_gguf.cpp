@@ -133,6 +133,34 @@ TEST(Dtype, HalfConversionsRoundTrip) {
   EXPECT_EQ(bf16_to_f32(0x3f81), 1.0078125f);
 }
 
+// f16_to_f32 and a row of f16 (dequantize_row_ref) against the format's
+// definition for all 65536 halves: (-1)^s 2^(e-15) (1 + m/1024), subnormals
+// m 2^-24, infinities and NaNs with their mantissa bits as the float's top ones.
+TEST(Dtype, HalfToFloatIsExactForEveryHalf) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = uint16_t(h);
+  std::vector<float> row(65536);
+  dequantize_row_ref(DType::F16, all.data(), row.data(), 65536);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const uint32_t sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
+    uint32_t want;
+    if (exp == 31) {
+      want = (sign << 31) | 0x7f800000u | (man << 13);
+    } else {
+      const float mag = exp == 0 ? std::ldexp(float(man), -24)
+                                 : std::ldexp(1.f + float(man) / 1024.f, int(exp) - 15);
+      const float v = sign ? -mag : mag;
+      std::memcpy(&want, &v, 4);
+    }
+    uint32_t got, got_row;
+    const float f = f16_to_f32(uint16_t(h));
+    std::memcpy(&got, &f, 4);
+    std::memcpy(&got_row, &row[h], 4);
+    ASSERT_EQ(got, want) << h;
+    ASSERT_EQ(got_row, want) << h;
+  }
+}
+
 // wick convert on a GGUF file (the draft-model benchmark's f32 target): every
 // matrix is the source's exact dequantization, vectors stay f32, metadata
 // (tokenizer included) is kept but for the file type.

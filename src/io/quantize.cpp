@@ -1,9 +1,70 @@
 #include "io/quantize.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+
+#include "io/quantize_kernels.h"
 
 namespace wick {
+
+namespace quant_generic {
+extern const QuantKernels kQuantKernels;
+}
+namespace quant_avx2 {
+extern const QuantKernels kQuantKernels;
+}
+namespace quant_avx512 {
+extern const QuantKernels kQuantKernels;
+}
+
+const QuantKernels* quant_kernels_for(const char* isa) {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (!std::strcmp(isa, "generic")) return &quant_generic::kQuantKernels;
+  if (!std::strcmp(isa, "avx2")) return avx2 ? &quant_avx2::kQuantKernels : nullptr;
+  if (!std::strcmp(isa, "avx512") || !std::strcmp(isa, "avx512bf16"))
+    return avx512 ? &quant_avx512::kQuantKernels : nullptr;
+  return nullptr;
+}
+
+const QuantKernels& quant_kernels() {
+  static const QuantKernels* chosen = [] {
+    // An unknown or unsupported WICK_ISA is not an error here (the CPU kernels report it): the
+    // writers run inside parallel loops, and every set writes the same bytes.
+    if (const char* want = std::getenv("WICK_ISA"); want && *want)
+      if (const QuantKernels* k = quant_kernels_for(want)) return k;
+    for (const char* isa : {"avx512", "avx2"})
+      if (const QuantKernels* k = quant_kernels_for(isa)) return k;
+    return &quant_generic::kQuantKernels;
+  }();
+  return *chosen;
+}
+
+void quantize_row_q2_k(const float* src, void* dst, int64_t n) {
+  quant_kernels().q2_k(src, dst, n);
+}
+void quantize_row_q3_k(const float* src, void* dst, int64_t n) {
+  quant_kernels().q3_k(src, dst, n);
+}
+void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
+  quant_kernels().q4_k(src, dst, n);
+}
+void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
+  quant_kernels().q5_k(src, dst, n);
+}
+void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
+  quant_kernels().q6_k(src, dst, n);
+}
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n) {
+  quant_kernels().iq4_nl(src, dst, n);
+}
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n) {
+  quant_kernels().iq4_xs(src, dst, n);
+}
 
 bool can_quantize(DType t) {
   switch (t) {

@@ -20,7 +20,8 @@ bool can_quantize(DType t);
 // Writes n floats (a whole number of blocks of t) as type t into dst.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
-// The per-type writers (quantize_legacy.cpp, quantize_k.cpp, quantize_iq4.cpp).
+// The per-type writers (quantize_legacy.cpp; the K-quants and IQ4 in
+// quantize_k.inc / quantize_iq4.inc, per ISA: quantize_kernels.h).
 void quantize_row_q4_0(const float* src, void* dst, int64_t n);
 void quantize_row_q4_1(const float* src, void* dst, int64_t n);
 void quantize_row_q5_0(const float* src, void* dst, int64_t n);
