@@ -84,7 +84,8 @@ void matmul_shared_input(std::span<const Weight* const> ws, const float* x, int6
   int64_t n_panels = 0, work = 0;
   for (const Weight* w : ws) {
     const PackedMatrix* m = packed_of(*w);
-    shared = shared && m && m->path == first->path && m->k_pad == first->k_pad;
+    shared =
+        shared && m && m->path == first->path && m->n_in == first->n_in && m->k_pad == first->k_pad;
     if (!shared) break;
     n_panels += m->n_panels;
     work += m->n_out * m->n_in * n_rows;
