@@ -41,6 +41,9 @@ void apply_env() {
           "the count)",
           cpu::n_threads(), *limit);
   }
+  // WICK_ISA checked here, once, so that a bad value is a clear error before any parallel loop
+  // (where an exception would end the process) and for every command alike.
+  (void)cpu::simd();
   if (const char* l = std::getenv("WICK_LOG"); l && *l) {
     auto level = spdlog::level::from_str(l);
     if (level == spdlog::level::off && std::string(l) != "off")
