@@ -27,6 +27,13 @@ namespace wick::cli {
 using json = nlohmann::json;
 
 void apply_env() {
+  if (const char* l = std::getenv("WICK_LOG"); l && *l) {  // first: the lines below obey it
+    auto level = spdlog::level::from_str(l);
+    if (level == spdlog::level::off && std::string(l) != "off")
+      throw std::runtime_error(
+          fmt::format("WICK_LOG={}: expected trace, debug, info, warn, error or off", l));
+    spdlog::set_level(level);
+  }
   if (const char* t = std::getenv("WICK_THREADS"); t && *t) {
     char* end = nullptr;
     long n = std::strtol(t, &end, 10);
@@ -44,13 +51,6 @@ void apply_env() {
   // WICK_ISA checked here, once, so that a bad value is a clear error before any parallel loop
   // (where an exception would end the process) and for every command alike.
   (void)cpu::simd();
-  if (const char* l = std::getenv("WICK_LOG"); l && *l) {
-    auto level = spdlog::level::from_str(l);
-    if (level == spdlog::level::off && std::string(l) != "off")
-      throw std::runtime_error(
-          fmt::format("WICK_LOG={}: expected trace, debug, info, warn, error or off", l));
-    spdlog::set_level(level);
-  }
 }
 
 std::vector<int32_t> parse_int_list(const std::string& s, const std::string& flag,
