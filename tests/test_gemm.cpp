@@ -292,5 +292,52 @@ TEST(PreparedMatmul, SharedInputProductsEqualSeparateOnes) {
     }
 }
 
+// The experts of a layer in two parallel regions per group of routed rows equal each expert
+// run alone (gate and up, silu, down) and summed in expert order, bit for bit: one token (a
+// decode step), a few, and enough routed rows for several groups; gate, up and down of
+// different forms (Q6_K downs; a Q8_0 up, which takes no shared region).
+TEST(PreparedMatmul, GroupedExpertsEqualExpertsAlone) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd;
+  const int64_t D = 256, F = 512, n_expert = 16, k = 8;
+  for (const DType up_type : {DType::Q4_K, DType::Q8_0})
+    for (const int64_t n_tokens : {1, 3, 70}) {
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<ExpertWeights> host(static_cast<size_t>(n_expert)), experts(host.size());
+      auto weight = [&](DType t, int64_t n_out, int64_t n_in) {
+        bytes.push_back(random_weight(t, n_out, n_in, rng));
+        return Weight{t, n_out, n_in, bytes.back().data()};
+      };
+      bytes.reserve(size_t(3 * n_expert));
+      for (auto& e : host)
+        e = {weight(DType::Q4_K, F, D), weight(up_type, F, D), weight(DType::Q6_K, D, F)};
+      be->prepare_experts(host, experts);
+      std::vector<float> x(size_t(n_tokens * D)), logits(size_t(n_tokens * n_expert));
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : logits) v = nd(rng);
+      std::vector<int32_t> ids(size_t(n_tokens * k));
+      std::vector<float> w(ids.size());
+      be->moe_route(logits.data(), n_tokens, n_expert, k, true, ids.data(), w.data());
+      std::vector<float> got(size_t(n_tokens * D), NAN), want(size_t(n_tokens * D), 0.f);
+      be->moe_mlp(experts, x.data(), n_tokens, k, ids.data(), w.data(), got.data());
+      std::vector<float> g(static_cast<size_t>(F)), u(g.size()), y(static_cast<size_t>(D));
+      for (int64_t e = 0; e < n_expert; ++e)
+        for (int64_t i = 0; i < n_tokens * k; ++i) {
+          if (ids[size_t(i)] != e) continue;
+          const float* xt = x.data() + (i / k) * D;
+          be->matmul(experts[size_t(e)].gate, xt, 1, g.data());
+          be->matmul(experts[size_t(e)].up, xt, 1, u.data());
+          be->silu_mul(g.data(), u.data(), F);
+          be->matmul(experts[size_t(e)].down, g.data(), 1, y.data());
+          for (int64_t j = 0; j < D; ++j)
+            want[size_t((i / k) * D + j)] += y[size_t(j)] * w[size_t(i)];
+        }
+      for (size_t j = 0; j < want.size(); ++j)
+        ASSERT_EQ(bits(want[j]), bits(got[j]))
+            << "up " << dtype_name(up_type) << ", " << n_tokens << " tokens, at " << j;
+    }
+}
+
 }  // namespace
 }  // namespace wick::test

@@ -38,40 +38,67 @@ void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t 
   }
 }
 
-// Each expert runs once on the rows routed to it; rows are summed into out
-// in expert order.
+// Each expert runs once on the rows routed to it. Experts are taken in groups of about
+// kGroupRows routed rows; a group's gate/up products run in one parallel region and its down
+// products in another (a decode step's experts in two regions, not two each). Rows are summed
+// into out in expert order, each expert's in routing order.
 void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens, int64_t k,
              const int32_t* ids, const float* w, float* out, MoeScratch& s) {
+  constexpr int64_t kGroupRows = 256;
   const int64_t D = experts[0].down.n_out, F = experts[0].gate.n_out;
+  const int64_t n_expert = int64_t(experts.size()), n_routed = n_tokens * k;
   std::fill(out, out + n_tokens * D, 0.f);
-  grow(s.x, n_tokens * D);
-  grow(s.gate, n_tokens * F);
-  grow(s.up, n_tokens * F);
-  grow(s.out, n_tokens * D);
-  for (int64_t e = 0; e < int64_t(experts.size()); ++e) {
-    s.rows.clear();
-    s.row_w.clear();
-    for (int64_t i = 0; i < n_tokens * k; ++i)
-      if (ids[i] == e) {
-        s.rows.push_back(int32_t(i / k));
-        s.row_w.push_back(w[i]);
+  // The routed rows sorted by expert (a counting sort, stable in routing order).
+  s.first.assign(size_t(n_expert + 1), 0);
+  for (int64_t i = 0; i < n_routed; ++i) ++s.first[size_t(ids[i]) + 1];
+  for (int64_t e = 0; e < n_expert; ++e) s.first[size_t(e + 1)] += s.first[size_t(e)];
+  s.rows.resize(size_t(n_routed));
+  s.row_w.resize(size_t(n_routed));
+  s.next.assign(s.first.begin(), s.first.end() - 1);
+  for (int64_t i = 0; i < n_routed; ++i) {
+    const int32_t at = s.next[size_t(ids[i])]++;
+    s.rows[size_t(at)] = int32_t(i / k);
+    s.row_w[size_t(at)] = w[i];
+  }
+  for (int64_t e0 = 0; e0 < n_expert;) {
+    // Experts [e0, e1): routed rows [r0, r1) of the sorted order.
+    const int64_t r0 = s.first[size_t(e0)];
+    int64_t e1 = e0 + 1;
+    while (e1 < n_expert && s.first[size_t(e1 + 1)] - r0 <= kGroupRows) ++e1;
+    const int64_t r1 = s.first[size_t(e1)], n = r1 - r0;
+    if (n > 0) {
+      grow(s.x, n * D);
+      grow(s.gate, n * F);
+      grow(s.up, n * F);
+      grow(s.out, n * D);
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(x + int64_t(s.rows[size_t(r0 + i)]) * D, D, s.x.data() + i * D);
+      s.jobs.clear();
+      for (int64_t e = e0; e < e1; ++e) {
+        const int64_t at = s.first[size_t(e)] - r0, n_e = s.first[size_t(e + 1)] - r0 - at;
+        if (n_e == 0) continue;
+        const ExpertWeights& xw = experts[size_t(e)];
+        s.jobs.push_back({&xw.gate, s.x.data() + at * D, n_e, s.gate.data() + at * F});
+        s.jobs.push_back({&xw.up, s.x.data() + at * D, n_e, s.up.data() + at * F});
       }
-    if (s.rows.empty()) continue;
-    const int64_t n = int64_t(s.rows.size());
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(x + int64_t(s.rows[size_t(i)]) * D, D, s.x.data() + i * D);
-    const ExpertWeights& xw = experts[size_t(e)];
-    const Weight* gate_up[2] = {&xw.gate, &xw.up};
-    float* ys[2] = {s.gate.data(), s.up.data()};
-    matmul_shared_input(gate_up, s.x.data(), n, ys);
-    silu_mul(s.gate.data(), s.up.data(), n * F);
-    matmul(xw.down, s.gate.data(), n, s.out.data());
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = out + int64_t(s.rows[size_t(i)]) * D;
-      const float* src = s.out.data() + i * D;
-      const float rw = s.row_w[size_t(i)];
-      for (int64_t j = 0; j < D; ++j) dst[j] += src[j] * rw;
+      matmul_many(s.jobs);
+      silu_mul(s.gate.data(), s.up.data(), n * F);
+      s.jobs.clear();
+      for (int64_t e = e0; e < e1; ++e) {
+        const int64_t at = s.first[size_t(e)] - r0, n_e = s.first[size_t(e + 1)] - r0 - at;
+        if (n_e > 0)
+          s.jobs.push_back(
+              {&experts[size_t(e)].down, s.gate.data() + at * F, n_e, s.out.data() + at * D});
+      }
+      matmul_many(s.jobs);
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = out + int64_t(s.rows[size_t(r0 + i)]) * D;
+        const float* src = s.out.data() + i * D;
+        const float rw = s.row_w[size_t(r0 + i)];
+        for (int64_t j = 0; j < D; ++j) dst[j] += src[j] * rw;
+      }
     }
+    e0 = e1;
   }
 }
 

@@ -23,6 +23,16 @@ void matmul(const Weight& w, const float* x, int64_t n_rows, float* y);
 // matmul for each, in one pass over x and one parallel region where their packed forms allow.
 void matmul_shared_input(std::span<const Weight* const> ws, const float* x, int64_t n_rows,
                          float* const* ys);
+// Several products (the experts of a layer): each y = x . w^T with the bits of matmul, in one
+// parallel region over all their panels where the weights share a packed form. A job reading
+// the same x and rows as the one before it shares its converted activations.
+struct MatmulJob {
+  const Weight* w;
+  const float* x;  // [n_rows, w.n_in]
+  int64_t n_rows;
+  float* y;  // [n_rows, w.n_out]
+};
+void matmul_many(std::span<const MatmulJob> jobs);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 void add(float* y, const float* x, int64_t n);           // y += x
 void silu_mul(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
@@ -61,8 +71,11 @@ void attention(const float* q, const void* k_layer, const void* v_layer, DType d
 void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
                int32_t* ids, float* w);
 struct MoeScratch {
-  std::vector<float> x, gate, up, out, row_w;  // rows of one expert
-  std::vector<int32_t> rows;
+  std::vector<float> x, gate, up, out;  // the rows of a group of experts, expert by expert
+  std::vector<float> row_w;             // routing weight of each routed row, expert by expert
+  std::vector<int32_t> rows;            // the token of each routed row, expert by expert
+  std::vector<int32_t> first, next;     // each expert's first routed row; a fill cursor
+  std::vector<MatmulJob> jobs;
 };
 void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens, int64_t k,
              const int32_t* ids, const float* w, float* out, MoeScratch& s);
