@@ -13,7 +13,9 @@
 // to prefill, with the kernel set and paths picked at run time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -337,6 +339,45 @@ TEST(PreparedMatmul, GroupedExpertsEqualExpertsAlone) {
         ASSERT_EQ(bits(want[j]), bits(got[j]))
             << "up " << dtype_name(up_type) << ", " << n_tokens << " tokens, at " << j;
     }
+}
+
+// Routing picks the k largest probabilities, ties to the lower id, in descending order, with the
+// weights renormalised over the k when asked: against a full stable sort, on logits with many
+// ties (a few distinct values over 64 experts) and on distinct ones.
+TEST(MoeRoute, TopKTiesToTheLowerId) {
+  std::mt19937 rng(13);
+  const int64_t n_expert = 64, n_tokens = 20;
+  for (const bool ties : {true, false})
+    for (const int64_t k : {1, 2, 8})
+      for (const bool norm : {true, false}) {
+        std::vector<float> logits(size_t(n_tokens * n_expert));
+        std::uniform_int_distribution<int> few(0, 3);
+        std::normal_distribution<float> nd;
+        for (auto& v : logits) v = ties ? float(few(rng)) * 0.5f : nd(rng);
+        std::vector<int32_t> ids(size_t(n_tokens * k));
+        std::vector<float> w(ids.size());
+        cpu::moe_route(logits.data(), n_tokens, n_expert, k, norm, ids.data(), w.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          const float* l = logits.data() + t * n_expert;
+          const float mx = *std::max_element(l, l + n_expert);
+          std::vector<float> p(static_cast<size_t>(n_expert));
+          float sum = 0.f;
+          for (int64_t e = 0; e < n_expert; ++e) sum += (p[size_t(e)] = std::exp(l[e] - mx));
+          for (auto& v : p) v /= sum;
+          std::vector<int32_t> order(p.size());
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
+          float top = 0.f;
+          for (int64_t j = 0; j < k; ++j) top += p[size_t(order[size_t(j)])];
+          for (int64_t j = 0; j < k; ++j) {
+            const int32_t e = order[size_t(j)];
+            ASSERT_EQ(ids[size_t(t * k + j)], e) << "token " << t << " slot " << j;
+            const float want = norm ? p[size_t(e)] / top : p[size_t(e)];
+            ASSERT_EQ(bits(w[size_t(t * k + j)]), bits(want)) << "token " << t << " slot " << j;
+          }
+        }
+      }
 }
 
 }  // namespace
