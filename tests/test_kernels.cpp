@@ -589,5 +589,31 @@ TEST(RowOps, ThreadSplitEqualsRowByRow) {
   cpu::set_n_threads(saved);
 }
 
+// A chunk's keys transposed for attn_chunk: every kernel set moves each value to its place (the
+// bits of the rows, zeros for missing rows), at head dims that are and are not multiples of
+// the 16- and 8-wide blocks.
+TEST(AttentionKeys, TransposedLikeTheScalar) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (const int64_t hd : {8, 40, 64, 72, 128, 200}) {
+    std::vector<float> rows(size_t(64 * hd));
+    for (auto& v : rows) v = nd(rng);
+    const float* rp[64];
+    for (int j = 0; j < 64; ++j) rp[j] = j % 7 == 3 ? nullptr : rows.data() + j * hd;
+    for (const char* isa : {"generic", "avx2", "avx512", "avx512bf16"}) {
+      const cpu::SimdKernels* k = cpu::simd_for(isa);
+      if (!k) continue;
+      std::vector<float> kt(size_t(hd * 64), NAN);
+      k->keys_t(rp, hd, kt.data());
+      for (int j = 0; j < 64; ++j)
+        for (int64_t i = 0; i < hd; ++i) {
+          const float want = rp[j] ? rp[j][i] : 0.f;
+          ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
+              << isa << " hd " << hd << " key " << j << " dim " << i;
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace wick::test

@@ -133,8 +133,9 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
     float* state = states + w.state + size_t((part - w.part0) * n_q * n_st);
     std::fill(state, state + n_q * n_st, 0.f);
     for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
-    thread_local std::vector<float> kt, wide;
+    thread_local std::vector<float> kt, wide, rotated;
     kt.resize(size_t(hd * kChunk));
+    if (rope) rotated.resize(size_t(kChunk * hd));
     // f16, q8_0: the chunk's key rows, then its value rows, widened (a block's rows at a time)
     if (widened) wide.resize(size_t(2 * kChunk * hd));
     auto widen = [&](int64_t c0, int64_t c1) {
@@ -161,35 +162,34 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
     for (int64_t c0 = std::max(lo_of(p_first) / kChunk * kChunk, part * kPart); c0 < k_end;
          c0 += kChunk) {
       const int64_t c1 = std::min(c0 + kChunk, k_end);
-      // the chunk's keys transposed (rotated for pre-RoPE keys), zero where not valid
+      // the chunk's key rows (rotated for pre-RoPE keys; nullptr: not valid, zeros), then
+      // transposed into kt
+      const float* kp[kChunk];
       const float* vp[kChunk];
       uint64_t valid = 0;
       if (widened) widen(c0, c1);
       for (int64_t j = c0; j < c1; ++j) {
         const int64_t blk = j / bs, jj = j - c0;
         const int64_t slot = int64_t(table[blk]) * bs + j % bs;
-        float* col = kt.data() + jj;
-        if (fill && (j % bs < (fill[blk] >> 16) || j % bs >= (fill[blk] & 0xffff))) {
-          vp[jj] = nullptr;  // not live: never read
-          for (int64_t i = 0; i < hd; ++i) col[i * kChunk] = 0.f;
-          continue;
-        }
+        kp[jj] = vp[jj] = nullptr;  // not live: never read
+        if (fill && (j % bs < (fill[blk] >> 16) || j % bs >= (fill[blk] & 0xffff))) continue;
         valid |= uint64_t(1) << jj;
         vp[jj] = value_row(slot, jj);
         const float* src = key_row(slot, jj);
         if (rope) {
           const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
+          float* row = rotated.data() + jj * hd;
           for (int64_t i = 0; i < half; ++i) {
             const float x0 = src[i], x1 = src[i + half];
-            col[i * kChunk] = x0 * cs[i] - x1 * cs[half + i];
-            col[(i + half) * kChunk] = x1 * cs[i] + x0 * cs[half + i];
+            row[i] = x0 * cs[i] - x1 * cs[half + i];
+            row[i + half] = x1 * cs[i] + x0 * cs[half + i];
           }
-        } else {
-          for (int64_t i = 0; i < hd; ++i) col[i * kChunk] = src[i];
+          src = row;
         }
+        kp[jj] = src;
       }
-      for (int64_t j = c1 - c0; j < kChunk; ++j)  // past the last query: never live
-        for (int64_t i = 0; i < hd; ++i) kt[size_t(i * kChunk + j)] = 0.f;
+      for (int64_t jj = c1 - c0; jj < kChunk; ++jj) kp[jj] = nullptr;  // past the last query
+      k.keys_t(kp, hd, kt.data());
       for (int64_t t = 0; t < w.n; ++t) {
         const int64_t p = b.positions[w.first + t];
         const int64_t j0 = std::max(c0, lo_of(p)) - c0, j1 = std::min(c1, p + 1) - c0;
