@@ -590,8 +590,8 @@ TEST(RowOps, ThreadSplitEqualsRowByRow) {
 }
 
 // A chunk's keys transposed for attn_chunk: every kernel set moves each value to its place (the
-// bits of the rows, zeros for missing rows), at head dims that are and are not multiples of
-// the 16- and 8-wide blocks.
+// bits of the rows, f32 or f16 widened; zeros for missing rows), at head dims that are and are
+// not multiples of the 16- and 8-wide blocks.
 TEST(AttentionKeys, TransposedLikeTheScalar) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
@@ -604,12 +604,25 @@ TEST(AttentionKeys, TransposedLikeTheScalar) {
       const cpu::SimdKernels* k = cpu::simd_for(isa);
       if (!k) continue;
       std::vector<float> kt(size_t(hd * 64), NAN);
-      k->keys_t(rp, hd, kt.data());
+      k->keys_t(reinterpret_cast<const void* const*>(rp), DType::F32, hd, kt.data());
       for (int j = 0; j < 64; ++j)
         for (int64_t i = 0; i < hd; ++i) {
           const float want = rp[j] ? rp[j][i] : 0.f;
           ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
               << isa << " hd " << hd << " key " << j << " dim " << i;
+        }
+      // f16 rows (an f16 cache's keys), widened on the way
+      std::vector<uint16_t> half(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) half[i] = f32_to_f16(rows[i]);
+      const void* hp[64];
+      for (int j = 0; j < 64; ++j) hp[j] = rp[j] ? half.data() + j * hd : nullptr;
+      std::fill(kt.begin(), kt.end(), NAN);
+      k->keys_t(hp, DType::F16, hd, kt.data());
+      for (int j = 0; j < 64; ++j)
+        for (int64_t i = 0; i < hd; ++i) {
+          const float want = hp[j] ? f16_to_f32(half[size_t(j * hd + i)]) : 0.f;
+          ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
+              << isa << " f16, hd " << hd << " key " << j << " dim " << i;
         }
     }
   }

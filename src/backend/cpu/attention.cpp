@@ -78,6 +78,8 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
         "CPU attention: a q8_0 KV cache needs a head dim that is a multiple "
         "of 32");
   const bool widened = dtype != DType::F32;
+  // f16 keys (not rotated here) are widened by the transposition itself, not first into a buffer
+  const bool keys_as_stored = dtype == DType::F16 && !rope;
   const size_t row_b = row_bytes(dtype, kv_dim), head_b = row_bytes(dtype, hd);
   const float scale = 1.f / std::sqrt(float(hd)) * s.score_factor;
   // Adjacent runs of one sequence at increasing positions (a placed span's
@@ -143,14 +145,18 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
         const int64_t blk = j / bs, n = std::min(c1, (blk + 1) * bs) - j;
         const size_t off = size_t(int64_t(table[blk]) * bs + j % bs) * row_b + w.kv_head * head_b;
         float* dst = wide.data() + (j - c0) * hd;
-        k.kv_rows(dtype, static_cast<const uint8_t*>(kl) + off, row_b, dst, hd, n, hd);
+        if (!keys_as_stored)
+          k.kv_rows(dtype, static_cast<const uint8_t*>(kl) + off, row_b, dst, hd, n, hd);
         k.kv_rows(dtype, static_cast<const uint8_t*>(vl) + off, row_b, dst + kChunk * hd, hd, n,
                   hd);
         j += n;
       }
     };
-    // the key and value rows of chunk row jj (slot `slot`) as f32
-    auto key_row = [&](int64_t slot, int64_t jj) -> const float* {
+    // the key row of chunk row jj (slot `slot`): f32, or as stored (keys_as_stored); the
+    // value row as f32
+    auto key_row = [&](int64_t slot, int64_t jj) -> const void* {
+      if (keys_as_stored)
+        return static_cast<const uint8_t*>(kl) + size_t(slot) * row_b + w.kv_head * head_b;
       return widened ? wide.data() + jj * hd
                      : static_cast<const float*>(kl) + slot * kv_dim + w.kv_head * hd;
     };
@@ -164,7 +170,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
       const int64_t c1 = std::min(c0 + kChunk, k_end);
       // the chunk's key rows (rotated for pre-RoPE keys; nullptr: not valid, zeros), then
       // transposed into kt
-      const float* kp[kChunk];
+      const void* kp[kChunk];
       const float* vp[kChunk];
       uint64_t valid = 0;
       if (widened) widen(c0, c1);
@@ -175,8 +181,9 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
         if (fill && (j % bs < (fill[blk] >> 16) || j % bs >= (fill[blk] & 0xffff))) continue;
         valid |= uint64_t(1) << jj;
         vp[jj] = value_row(slot, jj);
-        const float* src = key_row(slot, jj);
+        const void* key = key_row(slot, jj);
         if (rope) {
+          const float* src = static_cast<const float*>(key);
           const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
           float* row = rotated.data() + jj * hd;
           for (int64_t i = 0; i < half; ++i) {
@@ -184,12 +191,12 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
             row[i] = x0 * cs[i] - x1 * cs[half + i];
             row[i + half] = x1 * cs[i] + x0 * cs[half + i];
           }
-          src = row;
+          key = row;
         }
-        kp[jj] = src;
+        kp[jj] = key;
       }
       for (int64_t jj = c1 - c0; jj < kChunk; ++jj) kp[jj] = nullptr;  // past the last query
-      k.keys_t(kp, hd, kt.data());
+      k.keys_t(kp, keys_as_stored ? dtype : DType::F32, hd, kt.data());
       for (int64_t t = 0; t < w.n; ++t) {
         const int64_t p = b.positions[w.first + t];
         const int64_t j0 = std::max(c0, lo_of(p)) - c0, j1 = std::min(c1, p + 1) - c0;
