@@ -184,6 +184,62 @@ void BM_DotRow(benchmark::State& st, const char* isa, DType t, bool fused) {
   return true;
 }();
 
+// One thread: a decode step's attention at depth range(0) on one layer of a KV cache of type t
+// (SmolLM2's shape: 9 query heads on 3 KV heads of 64), the layers taken in turn over a cache
+// of at least 128 MB, so that the keys and values come from memory as in a real step; the
+// cache read as whole rows (what decode does) or as one head's slice of each row.
+void BM_AttnDecode(benchmark::State& st, DType t, cpu::KvReads reads) {
+  const int64_t n_head = 9, n_head_kv = 3, hd = 64, kv_dim = n_head_kv * hd, bs = 16;
+  const int64_t depth = st.range(0), n_blocks = (depth + bs - 1) / bs;
+  const size_t rb = row_bytes(t, kv_dim), layer_b = size_t(n_blocks * bs) * rb;
+  const int64_t n_layer = int64_t((size_t(128) << 20) / (2 * layer_b) + 1);
+  std::mt19937 rng(1);
+  auto kv = random_weight(t, 2 * n_layer * n_blocks * bs, kv_dim, rng);
+  std::vector<float> q(size_t(n_head * hd)), out(q.size());
+  std::normal_distribution<float> nd;
+  for (auto& v : q) v = nd(rng);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int64_t i = 0; i < n_blocks; ++i) table[size_t(i)] = int32_t(i);
+  const int32_t pos = int32_t(depth - 1), zero = 0, slot = pos, runs[2] = {0, 1};
+  BatchArgs b;
+  b.n_tokens = b.n_seqs = b.n_logits = b.n_runs = b.max_run = 1;
+  b.block_size = int32_t(bs);
+  b.max_blocks = int32_t(n_blocks);
+  b.max_ctx = int32_t(depth);
+  b.positions = b.rope_pos = &pos;
+  b.seq_of = b.logit_rows = &zero;
+  b.slots = &slot;
+  b.block_table = table.data();
+  b.runs = runs;
+  cpu::set_n_threads(1);
+  cpu::set_kv_reads(reads);
+  int64_t layer = 0;
+  for (auto _ : st) {
+    const uint8_t* kl = kv.data() + size_t(2 * layer) * layer_b;
+    cpu::attention(q.data(), kl, kl + layer_b, t, kv_dim, b, AttnShape{n_head, n_head_kv, hd, 0},
+                   nullptr, out.data());
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % n_layer;
+  }
+  cpu::set_kv_reads(cpu::KvReads::Auto);
+  cpu::set_n_threads(0);
+  st.counters["kv_GB/s"] = benchmark::Counter(double(2 * depth) * double(rb),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+  st.SetLabel(cpu::simd().isa);
+}
+[[maybe_unused]] const bool kAttnRegistered = [] {
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0})
+    for (auto [reads, name] : {std::pair{cpu::KvReads::WholeRows, "whole"},
+                               std::pair{cpu::KvReads::HeadSlices, "slices"}})
+      benchmark::RegisterBenchmark(
+          (std::string("BM_AttnDecode/") + dtype_name(t) + "/" + name).c_str(), BM_AttnDecode, t,
+          reads)
+          ->Arg(1024)
+          ->Arg(4096);
+  return true;
+}();
+
 void BM_Dot(benchmark::State& st) {
   const int64_t n = st.range(0);
   std::vector<float> a(size_t(n), 1.f), b(size_t(n), 2.f);

@@ -470,6 +470,118 @@ INSTANTIATE_TEST_SUITE_P(HeadDimByGqa, PagedAttention,
                                   std::to_string(info.param.gqa);
                          });
 
+// Items of every KV head reading whole rows (decode) and items of one head reading its slice of
+// each row give the same bits, and so does the choice made by default at 1 and 2 threads: f32,
+// f16 and q8_0 caches, keys before and after RoPE, holes in blocks, windows; decode steps,
+// short runs and a 17-token prefill whose keys span partitions of 1,024.
+TEST(AttentionReads, WholeRowsEqualHeadSlices) {
+  struct Shape {
+    int64_t hd, n_head_kv, gqa;
+  };
+  struct Seq {
+    int32_t len, n_new;
+  };
+  const std::vector<Seq> seqs{{2500, 1}, {700, 2}, {64, 1}, {1030, 3}, {17, 17}};
+  const int32_t bs = 16;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int saved = cpu::n_threads();
+  int checked = 0;
+  for (const Shape sh : {Shape{64, 3, 3}, Shape{128, 2, 7}, Shape{32, 4, 1}}) {
+    const int64_t kv_dim = sh.n_head_kv * sh.hd, n_head = sh.n_head_kv * sh.gqa;
+    int32_t n_blocks = 2;
+    for (auto& sq : seqs) n_blocks += (sq.len + 2 * bs - 1) / bs;  // room for the holes
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    Batch batch;
+    size_t next = 0;
+    // sequence 0 has holes: block 2 keeps slots [0, 10), block 5 [3, 16)
+    batch.block_fills = {{{0, 16}, {0, 16}, {0, 10}, {0, 16}, {0, 16}, {3, 16}}};
+    const size_t n_slots = size_t(n_blocks) * bs;
+    std::vector<float> kc(n_slots * size_t(kv_dim), NAN), vc(kc.size(), NAN);
+    for (size_t sq = 0; sq < seqs.size(); ++sq) {
+      const int32_t n_tbl = (seqs[sq].len + 2 * bs - 1) / bs;
+      batch.block_tables.emplace_back();
+      for (int32_t b = 0; b < n_tbl; ++b) batch.block_tables.back().push_back(perm[next++]);
+      for (int32_t j = 0; j < n_tbl * bs; ++j) {
+        if (sq == 0 && ((j / bs == 2 && j % bs >= 10) || (j / bs == 5 && j % bs < 3))) continue;
+        const size_t slot = size_t(batch.block_tables.back()[size_t(j / bs)]) * bs + j % bs;
+        for (int64_t i = 0; i < kv_dim; ++i) {
+          kc[slot * size_t(kv_dim) + size_t(i)] = nd(rng);
+          vc[slot * size_t(kv_dim) + size_t(i)] = nd(rng);
+        }
+      }
+    }
+    for (size_t sq = 0; sq < seqs.size(); ++sq)
+      for (int32_t p = seqs[sq].len - seqs[sq].n_new; p < seqs[sq].len; ++p)
+        batch.add(7, p, int32_t(sq), true);
+    batch.finish(bs);
+    const BatchArgs args = batch.args(batch.packed().data());
+    std::vector<float> q(size_t(batch.n_tokens() * n_head * sh.hd));
+    for (auto& v : q) v = 2.f * nd(rng);
+    // the three caches (q8_0: unowned slots as 0)
+    std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+    for (size_t i = 0; i < kc.size(); ++i) {
+      kh[i] = std::isnan(kc[i]) ? 0x7e00 : f32_to_f16(kc[i]);
+      vh[i] = std::isnan(vc[i]) ? 0x7e00 : f32_to_f16(vc[i]);
+    }
+    const size_t q8_row = row_bytes(DType::Q8_0, kv_dim);
+    std::vector<uint8_t> k8(n_slots * q8_row), v8(k8.size());
+    for (size_t sl = 0; sl < n_slots; ++sl) {
+      std::vector<float> rk(static_cast<size_t>(kv_dim)), rv(static_cast<size_t>(kv_dim));
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        const float a = kc[sl * size_t(kv_dim) + size_t(i)],
+                    b = vc[sl * size_t(kv_dim) + size_t(i)];
+        rk[size_t(i)] = std::isnan(a) ? 0.f : a;
+        rv[size_t(i)] = std::isnan(b) ? 0.f : b;
+      }
+      quantize_row(DType::Q8_0, rk.data(), k8.data() + sl * q8_row, kv_dim);
+      quantize_row(DType::Q8_0, rv.data(), v8.data() + sl * q8_row, kv_dim);
+    }
+    std::vector<float> inv_freq(size_t(sh.hd / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = float(std::pow(10000.0, -2.0 * double(i) / double(sh.hd)));
+    cpu::RopeTable rope;
+    rope.ensure(inv_freq.data(), sh.hd, 4096);
+    for (DType dt : {DType::F32, DType::F16, DType::Q8_0})
+      for (const bool pre_rope : {false, true})
+        for (const int64_t window : {0, 300}) {
+          const void* kp = dt == DType::Q8_0  ? (const void*)k8.data()
+                           : dt == DType::F16 ? (const void*)kh.data()
+                                              : kc.data();
+          const void* vp = dt == DType::Q8_0  ? (const void*)v8.data()
+                           : dt == DType::F16 ? (const void*)vh.data()
+                                              : vc.data();
+          auto run = [&](cpu::KvReads r, int n_thr) {
+            cpu::set_kv_reads(r);
+            cpu::set_n_threads(n_thr);
+            std::vector<float> out(q.size(), NAN);
+            cpu::attention(q.data(), kp, vp, dt, kv_dim, args,
+                           AttnShape{n_head, sh.n_head_kv, sh.hd, window},
+                           pre_rope ? &rope : nullptr, out.data());
+            return out;
+          };
+          const auto whole = run(cpu::KvReads::WholeRows, 2);
+          for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+          const std::string what = std::string(dtype_name(dt)) + (pre_rope ? " pre-RoPE" : "") +
+                                   " hd " + std::to_string(sh.hd) + " window " +
+                                   std::to_string(window);
+          for (const auto& [r, n_thr] :
+               {std::pair{cpu::KvReads::HeadSlices, 2}, std::pair{cpu::KvReads::WholeRows, 1},
+                std::pair{cpu::KvReads::Auto, 1}, std::pair{cpu::KvReads::Auto, 2}}) {
+            const auto other = run(r, n_thr);
+            ASSERT_EQ(std::memcmp(other.data(), whole.data(), whole.size() * 4), 0)
+                << what << ", reads " << int(r) << ", " << n_thr << " threads";
+          }
+          ++checked;
+        }
+  }
+  cpu::set_kv_reads(cpu::KvReads::Auto);
+  cpu::set_n_threads(saved);
+  EXPECT_EQ(checked, 36);
+}
+
 // ---------------------------------------------------------------------------------------------
 // cpu::rope against ref_rope. The kernel forms the angle pos * inv_freq[i] in float, so its
 // error grows with the angle: per element |got - ref| <= (|x0| + |x1|) * FLT_EPSILON *

@@ -16,7 +16,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -38,11 +40,17 @@ struct Group {
   size_t state;  // the first partition's states in the buffer; the next ones follow
 };
 struct Item {
-  size_t group;
-  int64_t part;  // key positions [part * kPart, (part + 1) * kPart)
+  size_t group, n_groups;  // groups [group, group + n_groups): one stretch's consecutive KV heads
+  int64_t part;            // key positions [part * kPart, (part + 1) * kPart)
 };
 
+std::atomic<KvReads> kv_reads{KvReads::Auto};
+
 }  // namespace
+
+void set_kv_reads(KvReads r) {
+  kv_reads = r;
+}
 
 void RopeTable::ensure(const float* inv_freq, int64_t head_dim, int64_t n_pos) {
   // keyed by the frequencies' values: another model's may sit at a freed one's address
@@ -105,110 +113,160 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
   // about group / (4 n_layer) of the f32 cache's bytes, 6-7 % for Qwen2.5 and Llama 3.2)
   const int64_t n_st = hd + 2;
   std::vector<Group> groups;
-  std::vector<Item> items;
   size_t n_states = 0;
+  int64_t max_m = 0, n_part_items = 0;
   for (auto [first, n] : stretches)
     for (int64_t off = 0; off < n; off += kMaxRunPart) {
       const int64_t m = std::min(kMaxRunPart, n - off);
       const int64_t part0 = lo_of(b.positions[first + off]) / kPart,
                     n_parts = b.positions[first + off + m - 1] / kPart - part0 + 1;
       for (int64_t g = 0; g < s.n_head_kv; ++g) {
-        for (int64_t pt = 0; pt < n_parts; ++pt) items.push_back({groups.size(), part0 + pt});
         groups.push_back({first + off, m, g, part0, n_parts, n_states});
         n_states += size_t(n_parts * m * group * n_st);
       }
+      max_m = std::max(max_m, m);
+      n_part_items += n_parts;
     }
+  // A few queries a stretch (decode) are bound by reading the cache: an item then takes every
+  // KV head of its partition, so that whole rows are read together (a head's slice of a row
+  // alone streams at half the rate), when that leaves work enough for every thread.
+  const KvReads reads = kv_reads;
+  const bool few_queries = max_m <= 16 && kv_dim <= 1024;
+  const bool enough_items = n_threads() == 1 || n_part_items >= 2 * n_threads();
+  const int64_t heads_per_item =
+      reads == KvReads::WholeRows || (reads == KvReads::Auto && few_queries && enough_items)
+          ? s.n_head_kv
+          : 1;
+  // An item of several heads copies (and widens) its chunks' whole K and V rows first: the
+  // memory is then read in order. One head's slice of each row streams at about 60 % of that.
+  const bool whole_rows = heads_per_item > 1;
+  const int64_t ld = whole_rows ? kv_dim : hd;  // the stride of the widened rows
+  std::vector<Item> items;
+  for (size_t gi = 0; gi < groups.size(); gi += size_t(heads_per_item))
+    for (int64_t pt = 0; pt < groups[gi].n_parts; ++pt)
+      items.push_back({gi, size_t(heads_per_item), groups[gi].part0 + pt});
   thread_local std::vector<float> states_buf;  // the calling thread's: workers use the pointer
   states_buf.resize(n_states);
   float* const states = states_buf.data();
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads())
   for (size_t it = 0; it < items.size(); ++it) {
-    const Group& w = groups[items[it].group];
-    const int64_t part = items[it].part;
-    const int64_t seq = b.seq_of[w.first];
+    const Item& item = items[it];
+    const Group& w0 = groups[item.group];  // the item's groups differ only in their KV head
+    const int64_t part = item.part;
+    const int64_t seq = b.seq_of[w0.first];
     const int32_t* table = b.block_table + seq * b.max_blocks;
     const int32_t* fill = b.block_fill ? b.block_fill + seq * b.max_blocks : nullptr;
     const int32_t* shift = b.block_fill ? b.block_shift + seq * b.max_blocks : nullptr;
-    const int64_t p_first = b.positions[w.first], p_last = b.positions[w.first + w.n - 1];
-    const int64_t n_q = w.n * group;
-    float* state = states + w.state + size_t((part - w.part0) * n_q * n_st);
-    std::fill(state, state + n_q * n_st, 0.f);
-    for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
+    const int64_t p_first = b.positions[w0.first], p_last = b.positions[w0.first + w0.n - 1];
+    const int64_t n_q = w0.n * group;
+    auto state_of = [&](const Group& w) {
+      return states + w.state + size_t((part - w.part0) * n_q * n_st);
+    };
+    for (size_t g = item.group; g < item.group + item.n_groups; ++g) {
+      float* state = state_of(groups[g]);
+      std::fill(state, state + n_q * n_st, 0.f);
+      for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
+    }
     thread_local std::vector<float> kt, wide, rotated;
     kt.resize(size_t(hd * kChunk));
     if (rope) rotated.resize(size_t(kChunk * hd));
-    // f16, q8_0: the chunk's key rows, then its value rows, widened (a block's rows at a time)
-    if (widened) wide.resize(size_t(2 * kChunk * hd));
-    auto widen = [&](int64_t c0, int64_t c1) {
-      for (int64_t j = c0; j < c1;) {
-        const int64_t blk = j / bs, n = std::min(c1, (blk + 1) * bs) - j;
-        const size_t off = size_t(int64_t(table[blk]) * bs + j % bs) * row_b + w.kv_head * head_b;
-        float* dst = wide.data() + (j - c0) * hd;
-        if (!keys_as_stored)
-          k.kv_rows(dtype, static_cast<const uint8_t*>(kl) + off, row_b, dst, hd, n, hd);
-        k.kv_rows(dtype, static_cast<const uint8_t*>(vl) + off, row_b, dst + kChunk * hd, hd, n,
-                  hd);
-        j += n;
-      }
-    };
-    // the key row of chunk row jj (slot `slot`): f32, or as stored (keys_as_stored); the
-    // value row as f32
-    auto key_row = [&](int64_t slot, int64_t jj) -> const void* {
-      if (keys_as_stored)
-        return static_cast<const uint8_t*>(kl) + size_t(slot) * row_b + w.kv_head * head_b;
-      return widened ? wide.data() + jj * hd
-                     : static_cast<const float*>(kl) + slot * kv_dim + w.kv_head * hd;
-    };
-    auto value_row = [&](int64_t slot, int64_t jj) -> const float* {
-      return widened ? wide.data() + (kChunk + jj) * hd
-                     : static_cast<const float*>(vl) + slot * kv_dim + w.kv_head * hd;
-    };
+    // The chunk's key rows, then its value rows, in f32: whole rows (whole_rows) or one
+    // head's (f16, q8_0), a block's rows at a time.
+    if (widened || whole_rows) wide.resize(size_t(2 * kChunk * ld));
+    float* const wide_k = wide.data();
+    float* const wide_v = wide.data() + kChunk * ld;
+    const auto* kb = static_cast<const uint8_t*>(kl);
+    const auto* vb = static_cast<const uint8_t*>(vl);
     const int64_t k_end = std::min(p_last + 1, (part + 1) * kPart);
     for (int64_t c0 = std::max(lo_of(p_first) / kChunk * kChunk, part * kPart); c0 < k_end;
          c0 += kChunk) {
       const int64_t c1 = std::min(c0 + kChunk, k_end);
-      // the chunk's key rows (rotated for pre-RoPE keys; nullptr: not valid, zeros), then
-      // transposed into kt
-      const void* kp[kChunk];
-      const float* vp[kChunk];
+      // the chunk's slots and valid rows, for every KV head of the item
+      int64_t slot[kChunk];
       uint64_t valid = 0;
-      if (widened) widen(c0, c1);
       for (int64_t j = c0; j < c1; ++j) {
-        const int64_t blk = j / bs, jj = j - c0;
-        const int64_t slot = int64_t(table[blk]) * bs + j % bs;
-        kp[jj] = vp[jj] = nullptr;  // not live: never read
-        if (fill && (j % bs < (fill[blk] >> 16) || j % bs >= (fill[blk] & 0xffff))) continue;
-        valid |= uint64_t(1) << jj;
-        vp[jj] = value_row(slot, jj);
-        const void* key = key_row(slot, jj);
-        if (rope) {
-          const float* src = static_cast<const float*>(key);
-          const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
-          float* row = rotated.data() + jj * hd;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x0 = src[i], x1 = src[i + half];
-            row[i] = x0 * cs[i] - x1 * cs[half + i];
-            row[i + half] = x1 * cs[i] + x0 * cs[half + i];
-          }
-          key = row;
-        }
-        kp[jj] = key;
+        const int64_t blk = j / bs;
+        slot[j - c0] = int64_t(table[blk]) * bs + j % bs;
+        if (!fill || (j % bs >= (fill[blk] >> 16) && j % bs < (fill[blk] & 0xffff)))
+          valid |= uint64_t(1) << (j - c0);
       }
-      for (int64_t jj = c1 - c0; jj < kChunk; ++jj) kp[jj] = nullptr;  // past the last query
-      k.keys_t(kp, keys_as_stored ? dtype : DType::F32, hd, kt.data());
-      for (int64_t t = 0; t < w.n; ++t) {
-        const int64_t p = b.positions[w.first + t];
-        const int64_t j0 = std::max(c0, lo_of(p)) - c0, j1 = std::min(c1, p + 1) - c0;
-        if (j0 >= j1) continue;  // nothing of this query's range here
-        const uint64_t range = (j1 - j0 == 64 ? ~uint64_t(0) : (uint64_t(1) << (j1 - j0)) - 1)
-                               << j0;
-        const uint64_t live = valid & range;
-        if (!live) continue;
-        for (int64_t h = 0; h < group; ++h) {
-          const int64_t head = w.kv_head * group + h;
-          k.attn_chunk(q + ((w.first + t) * s.n_head + head) * hd, hd, scale, kt.data(), vp, live,
-                       state + (t * group + h) * n_st);
+      if (whole_rows)
+        for (int64_t j = c0; j < c1;) {
+          const int64_t n = std::min(c1, (j / bs + 1) * bs) - j;
+          const size_t off = size_t(slot[j - c0]) * row_b;
+          float* dk = wide_k + (j - c0) * ld;
+          float* dv = wide_v + (j - c0) * ld;
+          // a block's rows are adjacent; f16 keys (keys_as_stored) are copied as stored
+          if (!widened || keys_as_stored)
+            std::memcpy(reinterpret_cast<uint8_t*>(wide_k) + size_t(j - c0) * row_b, kb + off,
+                        size_t(n) * row_b);
+          else
+            k.kv_rows(dtype, kb + off, row_b, dk, ld, n, kv_dim);
+          if (widened)
+            k.kv_rows(dtype, vb + off, row_b, dv, ld, n, kv_dim);
+          else
+            std::memcpy(dv, vb + off, size_t(n) * row_b);
+          j += n;
+        }
+      for (size_t g = item.group; g < item.group + item.n_groups; ++g) {
+        const Group& w = groups[g];
+        const size_t head_off = size_t(w.kv_head) * head_b;
+        if (widened && !whole_rows)
+          for (int64_t j = c0; j < c1;) {
+            const int64_t n = std::min(c1, (j / bs + 1) * bs) - j;
+            const size_t off = size_t(slot[j - c0]) * row_b + head_off;
+            if (!keys_as_stored)
+              k.kv_rows(dtype, kb + off, row_b, wide_k + (j - c0) * ld, ld, n, hd);
+            k.kv_rows(dtype, vb + off, row_b, wide_v + (j - c0) * ld, ld, n, hd);
+            j += n;
+          }
+        // the key rows (rotated for pre-RoPE keys; nullptr: not valid, zeros), then transposed
+        // into kt; the value rows as f32
+        const bool copied = widened || whole_rows;
+        const int64_t col = whole_rows ? w.kv_head * hd : 0;
+        const void* kp[kChunk];
+        const float* vp[kChunk];
+        for (int64_t jj = 0; jj < kChunk; ++jj) {
+          kp[jj] = vp[jj] = nullptr;  // not live: never read
+          if (!((valid >> jj) & 1)) continue;
+          const size_t off = size_t(slot[jj]) * row_b + head_off;
+          vp[jj] = copied ? wide_v + jj * ld + col : reinterpret_cast<const float*>(vb + off);
+          const void* key = keys_as_stored
+                                ? (whole_rows ? reinterpret_cast<const uint8_t*>(wide_k) +
+                                                    size_t(jj) * row_b + head_off
+                                              : kb + off)
+                            : copied ? wide_k + jj * ld + col
+                                     : static_cast<const void*>(kb + off);
+          if (rope) {
+            const int64_t j = c0 + jj, blk = j / bs;
+            const float* src = static_cast<const float*>(key);
+            const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
+            float* row = rotated.data() + jj * hd;
+            for (int64_t i = 0; i < half; ++i) {
+              const float x0 = src[i], x1 = src[i + half];
+              row[i] = x0 * cs[i] - x1 * cs[half + i];
+              row[i + half] = x1 * cs[i] + x0 * cs[half + i];
+            }
+            key = row;
+          }
+          kp[jj] = key;
+        }
+        k.keys_t(kp, keys_as_stored ? dtype : DType::F32, hd, kt.data());
+        float* state = state_of(w);
+        for (int64_t t = 0; t < w.n; ++t) {
+          const int64_t p = b.positions[w.first + t];
+          const int64_t j0 = std::max(c0, lo_of(p)) - c0, j1 = std::min(c1, p + 1) - c0;
+          if (j0 >= j1) continue;  // nothing of this query's range here
+          const uint64_t range = (j1 - j0 == 64 ? ~uint64_t(0) : (uint64_t(1) << (j1 - j0)) - 1)
+                                 << j0;
+          const uint64_t live = valid & range;
+          if (!live) continue;
+          for (int64_t h = 0; h < group; ++h) {
+            const int64_t head = w.kv_head * group + h;
+            k.attn_chunk(q + ((w.first + t) * s.n_head + head) * hd, hd, scale, kt.data(), vp, live,
+                         state + (t * group + h) * n_st);
+          }
         }
       }
     }

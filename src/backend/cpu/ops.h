@@ -67,6 +67,13 @@ void attention(const float* q, const void* k_layer, const void* v_layer, DType d
                int64_t kv_dim, const BatchArgs& b, const AttnShape& s, const RopeTable* rope,
                float* out);
 
+// How attention reads the cache: a work item of every KV head reading its chunks' whole
+// rows, or of one head reading its slice of each row. Auto (the default) takes whole rows
+// for decode-sized stretches when that leaves work for every thread; tests and benchmarks
+// pin one. Either way gives the same bits.
+enum class KvReads { Auto, WholeRows, HeadSlices };
+void set_kv_reads(KvReads r);
+
 // Mixture of experts (see Backend::moe_route / moe_mlp).
 void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
                int32_t* ids, float* w);
