@@ -13,6 +13,8 @@
 // Keys are reduced in partitions of kPart positions, also at fixed multiples,
 // each a work item of its own (a few KV heads' long contexts keep every core
 // busy in decode), and a query's partitions are combined in their order.
+// A work item covers one KV head, or in decode every KV head (KvReads): which
+// thread computes a head's partition never changes its arithmetic.
 #include <omp.h>
 
 #include <algorithm>
