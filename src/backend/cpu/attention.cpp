@@ -264,11 +264,16 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
                                  << j0;
           const uint64_t live = valid & range;
           if (!live) continue;
-          for (int64_t h = 0; h < group; ++h) {
-            const int64_t head = w.kv_head * group + h;
-            k.attn_chunk(q + ((w.first + t) * s.n_head + head) * hd, hd, scale, kt.data(), vp, live,
-                         state + (t * group + h) * n_st);
+          // the group's query heads two at a time (one kt and value rows' loads for both)
+          const float* qt = q + ((w.first + t) * s.n_head + w.kv_head * group) * hd;
+          float* st = state + t * group * n_st;
+          int64_t h = 0;
+          for (; h + 2 <= group; h += 2) {
+            const float* qh[2] = {qt + h * hd, qt + (h + 1) * hd};
+            float* sh[2] = {st + h * n_st, st + (h + 1) * n_st};
+            k.attn_chunk2(qh, hd, scale, kt.data(), vp, live, sh);
           }
+          if (h < group) k.attn_chunk(qt + h * hd, hd, scale, kt.data(), vp, live, st + h * n_st);
         }
       }
     }
