@@ -740,14 +740,15 @@ TEST(AttentionKeys, TransposedLikeTheScalar) {
   }
 }
 
-// Two query heads through attn_chunk2 give the bits of two attn_chunk calls, on every kernel
-// set: head dims odd, below, at and past the 64-wide blocks, live masks full, sparse and of one
-// key, a first chunk (max -inf) and a running state.
-TEST(AttentionChunk, TwoHeadsAsTwoAlone) {
+// Two and three query heads through attn_chunk2 and attn_chunk3 give the bits of as many
+// attn_chunk calls, on every kernel set: head dims odd, below, at and past the 64-wide blocks,
+// live masks full, sparse and of one key, a first chunk (max -inf) and a running state.
+TEST(AttentionChunk, SeveralHeadsAsEachAlone) {
   std::mt19937 rng(8);
   std::normal_distribution<float> nd;
   for (const int64_t hd : {7, 16, 64, 72, 128, 200}) {
-    std::vector<float> kt(size_t(hd * 64)), vrows(size_t(64 * hd)), q(size_t(2 * hd));
+    const size_t n_st = size_t(hd + 2);
+    std::vector<float> kt(size_t(hd * 64)), vrows(size_t(64 * hd)), q(size_t(3 * hd));
     for (auto& x : kt) x = nd(rng);
     for (auto& x : vrows) x = nd(rng);
     for (auto& x : q) x = 2.f * nd(rng);
@@ -756,9 +757,9 @@ TEST(AttentionChunk, TwoHeadsAsTwoAlone) {
     for (const uint64_t live : {~uint64_t(0), uint64_t(0x8421'0842'1084'2108), uint64_t(1) << 37,
                                 (uint64_t(1) << 50) - 1})
       for (const bool first : {true, false}) {
-        std::vector<float> st0(size_t(2 * (hd + 2)));
-        for (int h = 0; h < 2; ++h) {
-          float* s = st0.data() + h * (hd + 2);
+        std::vector<float> st0(3 * n_st);
+        for (size_t h = 0; h < 3; ++h) {
+          float* s = st0.data() + h * n_st;
           s[0] = first ? -INFINITY : 1.5f + float(h);
           s[1] = first ? 0.f : 3.f;
           for (int64_t d = 0; d < hd; ++d) s[2 + d] = first ? 0.f : nd(rng);
@@ -766,16 +767,23 @@ TEST(AttentionChunk, TwoHeadsAsTwoAlone) {
         for (const char* isa : {"generic", "avx2", "avx512", "avx512bf16"}) {
           const cpu::SimdKernels* k = cpu::simd_for(isa);
           if (!k) continue;
-          std::vector<float> alone(st0), both(st0);
-          for (int h = 0; h < 2; ++h)
-            k->attn_chunk(q.data() + h * hd, hd, 0.125f, kt.data(), vp, live,
-                          alone.data() + h * (hd + 2));
-          const float* qh[2] = {q.data(), q.data() + hd};
-          float* sh[2] = {both.data(), both.data() + hd + 2};
-          k->attn_chunk2(qh, hd, 0.125f, kt.data(), vp, live, sh);
-          ASSERT_EQ(std::memcmp(alone.data(), both.data(), alone.size() * 4), 0)
-              << isa << " hd " << hd << " live " << std::hex << live;
-          for (float x : both) ASSERT_TRUE(std::isfinite(x));
+          for (const int n_heads : {2, 3}) {
+            std::vector<float> alone(st0), together(st0);
+            const float* qh[3];
+            float* sh[3];
+            for (int h = 0; h < n_heads; ++h) {
+              k->attn_chunk(q.data() + h * hd, hd, 0.125f, kt.data(), vp, live,
+                            alone.data() + size_t(h) * n_st);
+              qh[h] = q.data() + h * hd;
+              sh[h] = together.data() + size_t(h) * n_st;
+            }
+            (n_heads == 2 ? k->attn_chunk2 : k->attn_chunk3)(qh, hd, 0.125f, kt.data(), vp, live,
+                                                             sh);
+            ASSERT_EQ(std::memcmp(alone.data(), together.data(), alone.size() * 4), 0)
+                << isa << " " << n_heads << " heads, hd " << hd << " live " << std::hex << live;
+            for (size_t i = 0; i < size_t(n_heads) * n_st; ++i)
+              ASSERT_TRUE(std::isfinite(together[i]));
+          }
         }
       }
   }

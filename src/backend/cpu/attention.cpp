@@ -264,10 +264,17 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
                                  << j0;
           const uint64_t live = valid & range;
           if (!live) continue;
-          // the group's query heads two at a time (one kt and value rows' loads for both)
+          // the group's query heads two at a time, three once for an odd group (one load of kt
+          // and the value rows for them all)
           const float* qt = q + ((w.first + t) * s.n_head + w.kv_head * group) * hd;
           float* st = state + t * group * n_st;
           int64_t h = 0;
+          if (group % 2 && group >= 3) {
+            const float* qh[3] = {qt, qt + hd, qt + 2 * hd};
+            float* sh[3] = {st, st + n_st, st + 2 * n_st};
+            k.attn_chunk3(qh, hd, scale, kt.data(), vp, live, sh);
+            h = 3;
+          }
           for (; h + 2 <= group; h += 2) {
             const float* qh[2] = {qt + h * hd, qt + (h + 1) * hd};
             float* sh[2] = {st + h * n_st, st + (h + 1) * n_st};

@@ -38,9 +38,11 @@ struct SimdKernels {
   // transposed [hd][64], v the value rows, st = (max, sum, out[hd]) of the online softmax.
   void (*attn_chunk)(const float* q, int64_t hd, float scale, const float* kt,
                      const float* const* v, uint64_t live, float* st);
-  // Two query heads of the KV head at once (q[2], st[2]), the chunk's loads shared; the same
-  // bits as two attn_chunk calls.
+  // Two (three) query heads of the KV head at once (q[2], st[2]), the chunk's loads shared;
+  // the same bits as two (three) attn_chunk calls.
   void (*attn_chunk2)(const float* const* q, int64_t hd, float scale, const float* kt,
+                      const float* const* v, uint64_t live, float* const* st);
+  void (*attn_chunk3)(const float* const* q, int64_t hd, float scale, const float* kt,
                       const float* const* v, uint64_t live, float* const* st);
   void (*silu_mul)(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
   // n_rows rows of n elements of type t (f16 or q8_0; src_stride bytes apart) widened into f32
