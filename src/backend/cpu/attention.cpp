@@ -42,8 +42,8 @@ struct Group {
   size_t state;  // the first partition's states in the buffer; the next ones follow
 };
 struct Item {
-  size_t group, n_groups;  // groups [group, group + n_groups): one stretch's consecutive KV heads
-  int64_t part;            // key positions [part * kPart, (part + 1) * kPart)
+  size_t group;  // the first of the item's groups (heads_per_item: consecutive KV heads)
+  int64_t part;  // key positions [part * kPart, (part + 1) * kPart)
 };
 
 std::atomic<KvReads> kv_reads{KvReads::Auto};
@@ -146,7 +146,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
   std::vector<Item> items;
   for (size_t gi = 0; gi < groups.size(); gi += size_t(heads_per_item))
     for (int64_t pt = 0; pt < groups[gi].n_parts; ++pt)
-      items.push_back({gi, size_t(heads_per_item), groups[gi].part0 + pt});
+      items.push_back({gi, groups[gi].part0 + pt});
   thread_local std::vector<float> states_buf;  // the calling thread's: workers use the pointer
   states_buf.resize(n_states);
   float* const states = states_buf.data();
@@ -165,7 +165,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
     auto state_of = [&](const Group& w) {
       return states + w.state + size_t((part - w.part0) * n_q * n_st);
     };
-    for (size_t g = item.group; g < item.group + item.n_groups; ++g) {
+    for (size_t g = item.group; g < item.group + size_t(heads_per_item); ++g) {
       float* state = state_of(groups[g]);
       std::fill(state, state + n_q * n_st, 0.f);
       for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
@@ -211,7 +211,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
             std::memcpy(dv, vb + off, size_t(n) * row_b);
           j += n;
         }
-      for (size_t g = item.group; g < item.group + item.n_groups; ++g) {
+      for (size_t g = item.group; g < item.group + size_t(heads_per_item); ++g) {
         const Group& w = groups[g];
         const size_t head_off = size_t(w.kv_head) * head_b;
         if (widened && !whole_rows)
