@@ -130,8 +130,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
       n_part_items += n_parts;
     }
   // A few queries a stretch (decode) are bound by reading the cache: an item then takes every
-  // KV head of its partition, so that whole rows are read together (a head's slice of a row
-  // alone streams at half the rate), when that leaves work enough for every thread.
+  // KV head of its partition, when that leaves work enough for every thread.
   const KvReads reads = kv_reads;
   const bool few_queries = max_m <= 16 && kv_dim <= 1024;
   const bool enough_items = n_threads() == 1 || n_part_items >= 2 * n_threads();
@@ -139,8 +138,8 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
       reads == KvReads::WholeRows || (reads == KvReads::Auto && few_queries && enough_items)
           ? s.n_head_kv
           : 1;
-  // An item of several heads copies (and widens) its chunks' whole K and V rows first: the
-  // memory is then read in order. One head's slice of each row streams at about 60 % of that.
+  // An item of several heads copies (and widens) its chunks' whole K and V rows first, so the
+  // memory is read in order: one head's slice of each row streams at about 60 % of that.
   const bool whole_rows = heads_per_item > 1;
   const int64_t ld = whole_rows ? kv_dim : hd;  // the stride of the widened rows
   std::vector<Item> items;
