@@ -702,8 +702,8 @@ TEST(RowOps, ThreadSplitEqualsRowByRow) {
 }
 
 // A chunk's keys transposed for attn_chunk: every kernel set moves each value to its place (the
-// bits of the rows, f32 or f16 widened; zeros for missing rows), at head dims that are and are
-// not multiples of the 16- and 8-wide blocks.
+// bits of the rows, f32, or f16 and q8_0 widened; zeros for missing rows), at head dims that are
+// and are not multiples of the 16- and 8-wide blocks.
 TEST(AttentionKeys, TransposedLikeTheScalar) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
@@ -735,6 +735,25 @@ TEST(AttentionKeys, TransposedLikeTheScalar) {
           const float want = hp[j] ? f16_to_f32(half[size_t(j * hd + i)]) : 0.f;
           ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
               << isa << " f16, hd " << hd << " key " << j << " dim " << i;
+        }
+      // q8_0 rows (a q8_0 cache's keys): each element as the reference dequantizes it
+      if (hd % 32) continue;
+      const size_t row_b = row_bytes(DType::Q8_0, hd);
+      std::vector<uint8_t> q8(64 * row_b);
+      std::vector<float> deq(rows.size());
+      for (int j = 0; j < 64; ++j) {
+        quantize_row(DType::Q8_0, rows.data() + j * hd, q8.data() + j * row_b, hd);
+        dequantize_row_ref(DType::Q8_0, q8.data() + j * row_b, deq.data() + j * hd, hd);
+      }
+      const void* qp[64];
+      for (int j = 0; j < 64; ++j) qp[j] = rp[j] ? q8.data() + j * row_b : nullptr;
+      std::fill(kt.begin(), kt.end(), NAN);
+      k->keys_t(qp, DType::Q8_0, hd, kt.data());
+      for (int j = 0; j < 64; ++j)
+        for (int64_t i = 0; i < hd; ++i) {
+          const float want = qp[j] ? deq[size_t(j * hd + i)] : 0.f;
+          ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
+              << isa << " q8_0, hd " << hd << " key " << j << " dim " << i;
         }
     }
   }

@@ -88,8 +88,6 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
         "CPU attention: a q8_0 KV cache needs a head dim that is a multiple "
         "of 32");
   const bool widened = dtype != DType::F32;
-  // f16 keys (not rotated here) are widened by the transposition itself, not first into a buffer
-  const bool keys_as_stored = dtype == DType::F16 && !rope;
   const size_t row_b = row_bytes(dtype, kv_dim), head_b = row_bytes(dtype, hd);
   const float scale = 1.f / std::sqrt(float(hd)) * s.score_factor;
   // Adjacent runs of one sequence at increasing positions (a placed span's
@@ -141,6 +139,10 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
   // An item of several heads copies (and widens) its chunks' whole K and V rows first, so the
   // memory is read in order: one head's slice of each row streams at about 60 % of that.
   const bool whole_rows = heads_per_item > 1;
+  // Keys not rotated here are widened by the transposition itself, not first into a buffer: f16
+  // keys, and q8_0 keys once copied whole (their transposition from memory waits on the reads).
+  const bool keys_as_stored =
+      !rope && (dtype == DType::F16 || (dtype == DType::Q8_0 && whole_rows));
   const int64_t ld = whole_rows ? kv_dim : hd;  // the stride of the widened rows
   std::vector<Item> items;
   for (size_t gi = 0; gi < groups.size(); gi += size_t(heads_per_item))
@@ -198,7 +200,7 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
           const size_t off = size_t(slot[j - c0]) * row_b;
           float* dk = wide_k + (j - c0) * ld;
           float* dv = wide_v + (j - c0) * ld;
-          // a block's rows are adjacent; f16 keys (keys_as_stored) are copied as stored
+          // a block's rows are adjacent; keys_as_stored are copied as stored
           if (!widened || keys_as_stored)
             std::memcpy(reinterpret_cast<uint8_t*>(wide_k) + size_t(j - c0) * row_b, kb + off,
                         size_t(n) * row_b);

@@ -50,8 +50,8 @@ struct SimdKernels {
   void (*kv_rows)(DType t, const void* src, size_t src_stride, float* dst, int64_t dst_stride,
                   int64_t n_rows, int64_t n);
   void (*f16_from_f32)(const float* src, uint16_t* dst, int64_t n);  // rounded to nearest even
-  // kt [hd][64] = 64 rows of hd elements of type t, f32 or f16 (nullptr: zeros), as f32
-  // transposed (a chunk's keys for attn_chunk).
+  // kt [hd][64] = 64 rows of hd elements of type t, f32, f16 or q8_0 (nullptr: zeros), as f32
+  // transposed (a chunk's keys for attn_chunk); q8_0 rows start at a block.
   void (*keys_t)(const void* const* rows, DType t, int64_t hd, float* kt);
 };
 
