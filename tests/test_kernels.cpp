@@ -473,7 +473,7 @@ INSTANTIATE_TEST_SUITE_P(HeadDimByGqa, PagedAttention,
 // Items of every KV head reading whole rows (decode) and items of one head reading its slice of
 // each row give the same bits, and so does the choice made by default at 1 and 2 threads: f32,
 // f16 and q8_0 caches, keys before and after RoPE, holes in blocks, windows; decode steps,
-// short runs and a 17-token prefill whose keys span partitions of 1,024.
+// short runs and a 17-token prefill whose keys span several partitions.
 TEST(AttentionReads, WholeRowsEqualHeadSlices) {
   struct Shape {
     int64_t hd, n_head_kv, gqa;
@@ -580,6 +580,47 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
   cpu::set_kv_reads(cpu::KvReads::Auto);
   cpu::set_n_threads(saved);
   EXPECT_EQ(checked, 36);
+}
+
+// A batch whose partition states pass one wave's (two runs of 128 queries, 8 heads of 64, over
+// 8,192 keys: 2.2M floats a run) is computed in waves of whole runs: each query's bits are
+// those of its run alone, at 1 and 2 threads.
+TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
+  const int64_t hd = 64, n_head_kv = 2, n_head = 8, kv_dim = n_head_kv * hd;
+  const int32_t bs = 16, len = 8192, n_new = 256, run_len = 128;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> kc(size_t(len) * size_t(kv_dim)), vc(kc.size());
+  for (auto& v : kc) v = nd(rng);
+  for (auto& v : vc) v = nd(rng);
+  std::vector<float> q(size_t(n_new * n_head * hd));
+  for (auto& v : q) v = 2.f * nd(rng);
+  const int saved = cpu::n_threads();
+  // queries [first, first + n) of the last n_new positions, in one call
+  auto run = [&](int32_t first, int32_t n) {
+    Batch batch;
+    batch.block_tables.emplace_back();
+    for (int32_t b = 0; b < len / bs; ++b) batch.block_tables.back().push_back(b);
+    for (int32_t i = first; i < first + n; ++i) batch.add(7, len - n_new + i, 0, true);
+    batch.finish(bs);
+    const BatchArgs args = batch.args(batch.packed().data());
+    std::vector<float> out(size_t(n * n_head * hd), NAN);
+    cpu::attention(q.data() + size_t(first * n_head * hd), kc.data(), vc.data(), DType::F32, kv_dim,
+                   args, AttnShape{n_head, n_head_kv, hd, 0}, nullptr, out.data());
+    return out;
+  };
+  for (const int n_thr : {1, 2}) {
+    cpu::set_n_threads(n_thr);
+    const auto all = run(0, n_new);
+    for (float v : all) ASSERT_TRUE(std::isfinite(v));
+    for (int32_t first = 0; first < n_new; first += run_len) {
+      const auto alone = run(first, run_len);
+      ASSERT_EQ(
+          std::memcmp(alone.data(), all.data() + size_t(first * n_head * hd), alone.size() * 4), 0)
+          << "queries from " << first << ", " << n_thr << " threads";
+    }
+  }
+  cpu::set_n_threads(saved);
 }
 
 // ---------------------------------------------------------------------------------------------
