@@ -569,7 +569,8 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
                                    std::to_string(window);
           for (const auto& [r, n_thr] :
                {std::pair{cpu::KvReads::HeadSlices, 2}, std::pair{cpu::KvReads::WholeRows, 1},
-                std::pair{cpu::KvReads::Auto, 1}, std::pair{cpu::KvReads::Auto, 2}}) {
+                std::pair{cpu::KvReads::Auto, 1}, std::pair{cpu::KvReads::Auto, 2},
+                std::pair{cpu::KvReads::Auto, 8}}) {
             const auto other = run(r, n_thr);
             ASSERT_EQ(std::memcmp(other.data(), whole.data(), whole.size() * 4), 0)
                 << what << ", reads " << int(r) << ", " << n_thr << " threads";
@@ -584,7 +585,7 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
 
 // A batch whose partition states pass one wave's (two runs of 128 queries, 8 heads of 64, over
 // 8,192 keys: 2.2M floats a run) is computed in waves of whole runs: each query's bits are
-// those of its run alone, at 1 and 2 threads.
+// those of its run alone, and the same at 1, 2 and 8 threads.
 TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
   const int64_t hd = 64, n_head_kv = 2, n_head = 8, kv_dim = n_head_kv * hd;
   const int32_t bs = 16, len = 8192, n_new = 256, run_len = 128;
@@ -609,14 +610,17 @@ TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
                    args, AttnShape{n_head, n_head_kv, hd, 0}, nullptr, out.data());
     return out;
   };
-  for (const int n_thr : {1, 2}) {
+  cpu::set_n_threads(1);
+  const auto want = run(0, n_new);
+  for (float v : want) ASSERT_TRUE(std::isfinite(v));
+  for (const int n_thr : {1, 2, 8}) {
     cpu::set_n_threads(n_thr);
     const auto all = run(0, n_new);
-    for (float v : all) ASSERT_TRUE(std::isfinite(v));
+    ASSERT_EQ(std::memcmp(all.data(), want.data(), want.size() * 4), 0) << n_thr << " threads";
     for (int32_t first = 0; first < n_new; first += run_len) {
       const auto alone = run(first, run_len);
       ASSERT_EQ(
-          std::memcmp(alone.data(), all.data() + size_t(first * n_head * hd), alone.size() * 4), 0)
+          std::memcmp(alone.data(), want.data() + size_t(first * n_head * hd), alone.size() * 4), 0)
           << "queries from " << first << ", " << n_thr << " threads";
     }
   }
