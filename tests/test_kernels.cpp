@@ -755,51 +755,44 @@ TEST(AttentionKeys, TransposedLikeTheScalar) {
   for (const int64_t hd : {8, 40, 64, 72, 128, 200}) {
     std::vector<float> rows(size_t(64 * hd));
     for (auto& v : rows) v = nd(rng);
-    const float* rp[64];
-    for (int j = 0; j < 64; ++j) rp[j] = j % 7 == 3 ? nullptr : rows.data() + j * hd;
+    // every 7th row from the 4th missing (nullptr)
+    auto row_ptrs = [&](const void* base, size_t row_b, const void** p) {
+      for (int j = 0; j < 64; ++j)
+        p[j] = j % 7 == 3 ? nullptr : static_cast<const uint8_t*>(base) + size_t(j) * row_b;
+    };
+    // the f32, f16 and q8_0 rows, and each widened as the reference widens it
+    std::vector<uint16_t> half(rows.size());
+    std::vector<float> half_wide(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      half[i] = f32_to_f16(rows[i]);
+      half_wide[i] = f16_to_f32(half[i]);
+    }
+    const size_t q8_b = row_bytes(DType::Q8_0, hd);
+    std::vector<uint8_t> q8(64 * q8_b);
+    std::vector<float> q8_wide(rows.size());
+    if (hd % 32 == 0)
+      for (int j = 0; j < 64; ++j) {
+        quantize_row(DType::Q8_0, rows.data() + j * hd, q8.data() + j * q8_b, hd);
+        dequantize_row_ref(DType::Q8_0, q8.data() + j * q8_b, q8_wide.data() + j * hd, hd);
+      }
     for (const char* isa : {"generic", "avx2", "avx512", "avx512bf16"}) {
       const cpu::SimdKernels* k = cpu::simd_for(isa);
       if (!k) continue;
-      std::vector<float> kt(size_t(hd * 64), NAN);
-      k->keys_t(reinterpret_cast<const void* const*>(rp), DType::F32, hd, kt.data());
-      for (int j = 0; j < 64; ++j)
-        for (int64_t i = 0; i < hd; ++i) {
-          const float want = rp[j] ? rp[j][i] : 0.f;
-          ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
-              << isa << " hd " << hd << " key " << j << " dim " << i;
-        }
-      // f16 rows (an f16 cache's keys), widened on the way
-      std::vector<uint16_t> half(rows.size());
-      for (size_t i = 0; i < rows.size(); ++i) half[i] = f32_to_f16(rows[i]);
-      const void* hp[64];
-      for (int j = 0; j < 64; ++j) hp[j] = rp[j] ? half.data() + j * hd : nullptr;
-      std::fill(kt.begin(), kt.end(), NAN);
-      k->keys_t(hp, DType::F16, hd, kt.data());
-      for (int j = 0; j < 64; ++j)
-        for (int64_t i = 0; i < hd; ++i) {
-          const float want = hp[j] ? f16_to_f32(half[size_t(j * hd + i)]) : 0.f;
-          ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
-              << isa << " f16, hd " << hd << " key " << j << " dim " << i;
-        }
-      // q8_0 rows (a q8_0 cache's keys): each element as the reference dequantizes it
-      if (hd % 32) continue;
-      const size_t row_b = row_bytes(DType::Q8_0, hd);
-      std::vector<uint8_t> q8(64 * row_b);
-      std::vector<float> deq(rows.size());
-      for (int j = 0; j < 64; ++j) {
-        quantize_row(DType::Q8_0, rows.data() + j * hd, q8.data() + j * row_b, hd);
-        dequantize_row_ref(DType::Q8_0, q8.data() + j * row_b, deq.data() + j * hd, hd);
-      }
-      const void* qp[64];
-      for (int j = 0; j < 64; ++j) qp[j] = rp[j] ? q8.data() + j * row_b : nullptr;
-      std::fill(kt.begin(), kt.end(), NAN);
-      k->keys_t(qp, DType::Q8_0, hd, kt.data());
-      for (int j = 0; j < 64; ++j)
-        for (int64_t i = 0; i < hd; ++i) {
-          const float want = qp[j] ? deq[size_t(j * hd + i)] : 0.f;
-          ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
-              << isa << " q8_0, hd " << hd << " key " << j << " dim " << i;
-        }
+      auto expect = [&](DType t, const void* base, size_t row_b, const std::vector<float>& wide) {
+        const void* p[64];
+        row_ptrs(base, row_b, p);
+        std::vector<float> kt(size_t(hd * 64), NAN);
+        k->keys_t(p, t, hd, kt.data());
+        for (int j = 0; j < 64; ++j)
+          for (int64_t i = 0; i < hd; ++i) {
+            const float want = p[j] ? wide[size_t(j * hd + i)] : 0.f;
+            ASSERT_EQ(std::memcmp(&kt[size_t(i * 64 + j)], &want, 4), 0)
+                << isa << " " << dtype_name(t) << ", hd " << hd << " key " << j << " dim " << i;
+          }
+      };
+      expect(DType::F32, rows.data(), size_t(hd) * 4, rows);
+      expect(DType::F16, half.data(), size_t(hd) * 2, half_wide);       // an f16 cache's keys
+      if (hd % 32 == 0) expect(DType::Q8_0, q8.data(), q8_b, q8_wide);  // a q8_0 cache's
     }
   }
 }
