@@ -383,6 +383,11 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(size_t(1) << 10, size_t(1) << 24));
   cmd->add_option("--http-threads", cfg.n_http_threads, "HTTP worker threads (default 128)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--responses-store", cfg.n_responses_stored,
+                  "responses (POST /v1/responses with store true, OpenAI's default) kept in "
+                  "memory for previous_response_id and GET /v1/responses/ID; the oldest go "
+                  "first, and past 128 MiB of them in all (default 1024; 0: none kept)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-events", cfg.kv_events,
                   "publish KV-cache events (blocks stored in / removed from the prefix cache) "
                   "as vLLM does, ZMQ PUB + msgpack, on this address, e.g. tcp://*:5557 (default: "

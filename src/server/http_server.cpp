@@ -16,6 +16,7 @@
 #include "server/model_lookup.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
+#include "server/response_store.h"
 #include "server/routes.h"
 #include "server/span_query.h"
 #include "server/submit.h"
@@ -34,7 +35,8 @@ struct Api {
                  ? nullptr
                  : std::make_unique<KvEventPublisher>(c.kv_events, c.kv_events_topic)),
         sub(loop, &GuardedServer::client_gone),
-        routes{cfg, loop, metrics, ModelPool::global()} {}
+        routes{cfg, loop, metrics, ModelPool::global()},
+        responses(c.n_responses_stored, kResponseStoreBytes) {}
 
   ModelView view(const LoadedModel& m) const { return model_view(m, cfg.engine.n_ctx); }
 
@@ -43,6 +45,7 @@ struct Api {
   EngineLoop loop;
   Submitter sub;
   RouteContext routes;
+  ResponseStore responses;
   std::atomic<uint64_t> next_id{1};
 };
 
@@ -446,6 +449,7 @@ int serve(const ServerConfig& cfg) {
   register_worker(svr, api);
   register_openai(svr, api);
   register_ollama(svr, api);
+  register_responses(svr, api.routes, api.sub, api.responses);
   register_lifecycle(svr, api.routes);
   register_embeddings(svr, api.routes);
   register_token_utils(svr, api.routes);

@@ -11,6 +11,9 @@
 
 namespace wick::server {
 
+// The Responses API's store keeps at most this much JSON in all.
+inline constexpr size_t kResponseStoreBytes = size_t(128) << 20;
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -27,6 +30,9 @@ struct ServerConfig {
   // tcp://*:5557; empty: off.
   std::string kv_events;
   std::string kv_events_topic = "kv-events";
+  // The Responses API's store (previous_response_id, GET /v1/responses/ID):
+  // at most this many responses, and kResponseStoreBytes of JSON; 0: none kept.
+  size_t n_responses_stored = 1024;
   // How long a model stays loaded after a request that sets no keep_alive
   // (Ollama's, default 5 minutes; negative: forever, 0: unload at once).
   std::chrono::milliseconds keep_alive{5 * 60 * 1000};

@@ -56,6 +56,9 @@ class HeldStream : public StreamWriter {
 bool answer_load_request(RouteContext& ctx, const json& body, bool chat, KeepAlive keep_alive,
                          httplib::Response& res);
 
+class ResponseStore;
+void register_responses(httplib::Server& svr, RouteContext& ctx, Submitter& sub,
+                        ResponseStore& store);                       // responses_routes.cpp
 void register_lifecycle(httplib::Server& svr, RouteContext& ctx);    // lifecycle_routes.cpp
 void register_embeddings(httplib::Server& svr, RouteContext& ctx);   // embed_routes.cpp
 void register_token_utils(httplib::Server& svr, RouteContext& ctx);  // token_routes.cpp

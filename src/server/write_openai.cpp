@@ -10,31 +10,17 @@ namespace wick::server {
 
 namespace {
 
-// OpenAI's logprobs objects: chat {"content": [{token, logprob, bytes,
-// top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs,
-// text_offset}; offset: the text before lps (streamed chunks go on from it).
+std::string token_text(const Tokenizer& tk, int32_t id) {
+  return tk.decode(std::vector<int32_t>{id}, false);
+}
+
+// OpenAI's logprobs objects: chat {"content": [...]}, completions {tokens,
+// token_logprobs, top_logprobs, text_offset}; offset: the text before lps
+// (streamed chunks go on from it).
 json logprobs_json(const Tokenizer& tk, std::span<const TokenLogprob> lps, bool chat,
                    size_t& offset) {
-  auto text_of = [&](int32_t id) { return tk.decode(std::vector<int32_t>{id}, false); };
-  auto bytes_of = [](const std::string& t) {
-    json b = json::array();
-    for (unsigned char c : t) b.push_back(int(c));
-    return b;
-  };
-  if (chat) {
-    json content = json::array();
-    for (auto& t : lps) {
-      json top = json::array();
-      for (auto& [id, lp] : t.top) {
-        const std::string s = text_of(id);
-        top.push_back({{"token", s}, {"logprob", lp}, {"bytes", bytes_of(s)}});
-      }
-      const std::string s = text_of(t.id);
-      content.push_back(
-          {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
-    }
-    return {{"content", content}, {"refusal", nullptr}};
-  }
+  if (chat) return {{"content", logprob_entries(tk, lps)}, {"refusal", nullptr}};
+  auto text_of = [&](int32_t id) { return token_text(tk, id); };
   json tokens = json::array(), values = json::array(), tops = json::array(), offs = json::array();
   for (auto& t : lps) {
     const std::string s = text_of(t.id);
@@ -100,6 +86,26 @@ void add_span_usage(json& usage, const std::vector<GenerateResult>& results) {
 }
 
 }  // namespace
+
+json logprob_entries(const Tokenizer& tk, std::span<const TokenLogprob> lps) {
+  auto bytes_of = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t) b.push_back(int(c));
+    return b;
+  };
+  json out = json::array();
+  for (auto& t : lps) {
+    json top = json::array();
+    for (auto& [id, lp] : t.top) {
+      const std::string s = token_text(tk, id);
+      top.push_back({{"token", s}, {"logprob", lp}, {"bytes", bytes_of(s)}});
+    }
+    const std::string s = token_text(tk, t.id);
+    out.push_back(
+        {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+  }
+  return out;
+}
 
 std::string call_id_prefix(const OpenAiMeta& meta, size_t choice) {
   return fmt::format("call_{}_{}_", meta.id.substr(meta.id.find('-') + 1), choice);

@@ -2,12 +2,13 @@
 """Soak test of `wick serve` on loopback: mixed traffic for a bounded time.
 
 Starts a server (the default model), then runs --streams concurrent clients
-for --seconds. Each client loops over requests drawn from: OpenAI chat and
-completions, Ollama chat and generate, streaming and not; --hangup of the
+for --seconds. Each client loops over requests drawn from: OpenAI chat,
+completions and responses, Ollama chat and generate, streaming and not; --hangup of the
 streaming ones hang up after a few chunks; --hostile of all requests are
 malformed or hostile (a body past --max-body, invalid UTF-8, max_tokens far
 past the limit, JSON nested past the limit, n at its limit and past it, a
-foreign Host header, a model name that climbs out of the store).
+foreign Host header, a model name that climbs out of the store, an image
+input item).
 
 Afterwards it checks: no 5xx (and no hostile request answered 2xx, except n
 at its limit, which is valid), the server alive and healthy, KV blocks and
@@ -50,7 +51,7 @@ def rss_kib(pid):
 
 def normal_request(rng, hangup):
     """(endpoint, body, stream, hang up after k chunks or 0)."""
-    kind = rng.choice(["chat", "completions", "ollama_chat", "ollama_generate"])
+    kind = rng.choice(["chat", "completions", "ollama_chat", "ollama_generate", "responses"])
     stream = rng.random() < 0.6
     hang = rng.randint(1, 4) if stream and rng.random() < hangup else 0
     n_out = rng.randint(4, 24)
@@ -59,6 +60,10 @@ def normal_request(rng, hangup):
     if kind == "chat":
         body = {"messages": msgs, "max_tokens": n_out, "stream": stream, "seed": seed, "temperature": 0.7}
         return "/v1/chat/completions", body, stream, hang
+    if kind == "responses":  # half of them kept in the response store
+        body = {"input": rng.choice(PROMPTS), "max_output_tokens": n_out, "stream": stream, "seed": seed,
+                "temperature": 0.7, "store": rng.random() < 0.5}
+        return "/v1/responses", body, stream, hang
     if kind == "completions":
         body = {"prompt": rng.choice(PROMPTS), "max_tokens": n_out, "stream": stream, "seed": seed}
         return "/v1/completions", body, stream, hang
@@ -73,7 +78,7 @@ def hostile_request(rng):
     """(name, endpoint, raw body bytes, extra headers, expected statuses)."""
     msgs = [{"role": "user", "content": "hi"}]
     kind = rng.choice(["oversized", "bad_utf8", "huge_max_tokens", "deep_json", "n_at_limit", "n_past_limit",
-                       "foreign_host", "path_traversal", "negative_max_tokens"])
+                       "foreign_host", "path_traversal", "negative_max_tokens", "responses_image"])
     ep = "/v1/chat/completions"
     hdr = {"Content-Type": "application/json"}
     j = lambda b: json.dumps(b).encode()  # noqa: E731
@@ -92,6 +97,9 @@ def hostile_request(rng):
         return kind, "/v1/completions", j({"prompt": "Hi", "n": 8, "max_tokens": 2}), hdr, {200, 429}
     if kind == "n_past_limit":
         return kind, "/v1/completions", j({"prompt": "Hi", "n": 1 << 40, "max_tokens": 2}), hdr, {400}
+    if kind == "responses_image":
+        item = {"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}
+        return kind, "/v1/responses", j({"input": [item]}), hdr, {400}
     if kind == "foreign_host":
         return kind, ep, j({"messages": msgs, "max_tokens": 2}), {**hdr, "Host": "evil.example.com"}, {403}
     return kind, "/api/chat", j({"model": "../../../etc/passwd", "messages": msgs}), hdr, {404}
@@ -122,7 +130,8 @@ def run_normal(url, rng, hangup, c):
                 return
             if not stream:
                 d = r.json()
-                tokens = d["usage"]["completion_tokens"] if "usage" in d else d.get("eval_count", 0)
+                usage = d.get("usage", {})
+                tokens = usage.get("completion_tokens", usage.get("output_tokens", d.get("eval_count", 0)))
                 with c.lock:
                     c.completed += 1
                     c.usage_tokens += tokens

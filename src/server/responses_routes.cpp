@@ -1,0 +1,96 @@
+// OpenAI's Responses API: POST /v1/responses (parse_responses.h reads it onto
+// the chat path, write_responses.h answers it), GET and DELETE
+// /v1/responses/ID on the store that previous_response_id reads.
+#include <random>
+
+#include "server/model_lookup.h"
+#include "server/parse_openai.h"
+#include "server/parse_responses.h"
+#include "server/response_store.h"
+#include "server/routes.h"
+#include "server/write_openai.h"
+#include "server/write_responses.h"
+
+namespace wick::server {
+
+namespace {
+
+constexpr const char* kEndpoint = "/v1/responses";
+
+ApiError not_found(const std::string& id, const char* param = "") {
+  return ApiError{404, fmt::format("Response with id '{}' not found.", id), "invalid_request_error",
+                  param, param[0] ? "previous_response_not_found" : ""};
+}
+
+void create(RouteContext& ctx, Submitter& sub, ResponseStore& store, const httplib::Request& req,
+            httplib::Response& res) {
+  try {
+    const json body = parse_body(req.body);
+    const KeepAlive keep_alive = keep_alive_of(body, ctx.cfg.keep_alive);
+    auto m = find_model(openai_model_name(body), ctx.cfg.default_model, true);
+    std::shared_ptr<const json> previous;
+    if (const std::string id = previous_response_id(body); !id.empty()) {
+      previous = store.conversation(id);
+      if (!previous) throw not_found(id, "previous_response_id");
+    }
+    const ResponsesRequest r =
+        parse_responses(body, model_view(*m, ctx.cfg.engine.n_ctx), std::random_device{}(),
+                        previous ? *previous : json::array());
+    auto use = ctx.pool.use(m, keep_alive);
+    const Channels chans = sub.submit(m, r.chat.gen, 1);
+    auto builder = std::make_shared<ResponseBuilder>(
+        r, new_response_id(), r.chat.model.empty() ? ctx.cfg.default_model : r.chat.model, m);
+    // a finished response is kept, with the conversation it ends, when asked
+    auto keep = [&store, conversation = r.store ? r.conversation : json(),
+                 asked = r.store](const ResponseBuilder& b) {
+      if (!asked) return;
+      json conv = conversation;
+      conv.push_back(b.assistant_message());
+      store.put(b.response()["id"], b.response(), std::move(conv));
+    };
+    if (!r.chat.stream) {
+      const GenerateResult g = sub.wait(chans).front();
+      builder->text(g.text, g.logprobs);
+      builder->finish(g);
+      keep(*builder);
+      reply_json(res, 200, builder->response());
+      ctx.metrics.count_request(kEndpoint, 200);
+      return;
+    }
+    ctx.metrics.count_request(kEndpoint, 200);
+    res.set_header("Cache-Control", "no-cache");
+    sub.respond(res, "text/event-stream", chans,
+                std::make_shared<HeldStream>(std::make_shared<ResponsesStream>(builder, keep),
+                                             std::move(use)));
+  } catch (const ApiError& e) {
+    ctx.metrics.count_request(kEndpoint, e.status);
+    reply_json(res, e.status, openai_error(e));
+  }
+}
+
+}  // namespace
+
+void register_responses(httplib::Server& svr, RouteContext& ctx, Submitter& sub,
+                        ResponseStore& store) {
+  svr.Post(kEndpoint, [&ctx, &sub, &store](const httplib::Request& req, httplib::Response& res) {
+    create(ctx, sub, store, req, res);
+  });
+  svr.Get(R"(/v1/responses/([^/]+))",
+          [&store](const httplib::Request& req, httplib::Response& res) {
+            const std::string id = req.matches[1];
+            if (auto r = store.response(id))
+              reply_json(res, 200, *r);
+            else
+              reply_json(res, 404, openai_error(not_found(id)));
+          });
+  svr.Delete(R"(/v1/responses/([^/]+))",
+             [&store](const httplib::Request& req, httplib::Response& res) {
+               const std::string id = req.matches[1];
+               if (store.erase(id))
+                 reply_json(res, 200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+               else
+                 reply_json(res, 404, openai_error(not_found(id)));
+             });
+}
+
+}  // namespace wick::server

@@ -1,0 +1,225 @@
+#include "server/write_responses.h"
+
+#include <random>
+
+#include "server/write_openai.h"
+
+namespace wick::server {
+
+std::string new_response_id() {
+  std::random_device rd;
+  auto u64 = [&] { return (uint64_t(rd()) << 32) | rd(); };
+  return fmt::format("resp_{:016x}{:016x}", u64(), u64());
+}
+
+ResponseBuilder::ResponseBuilder(const ResponsesRequest& r, std::string id, std::string model,
+                                 std::shared_ptr<const LoadedModel> m)
+    : hex_(id.substr(id.find('_') + 1)),
+      tools_(r.chat.tools),
+      logprobs_(r.chat.gen.top_logprobs >= 0),
+      model_(std::move(m)) {
+  if (tools_.format != ToolFormat::None)
+    parser_ = std::make_unique<ToolCallParser>(tools_.format, "call_" + hex_ + "_");
+  response_ = {{"id", std::move(id)},          {"object", "response"}, {"created_at", unix_now()},
+               {"status", "in_progress"},      {"background", false},  {"error", nullptr},
+               {"incomplete_details", nullptr}};
+  response_["model"] = std::move(model);
+  response_["output"] = json::array();
+  for (const auto& [k, v] : r.echo.items()) response_[k] = v;
+  response_["usage"] = nullptr;
+}
+
+std::string ResponseBuilder::event(json e) {
+  e["sequence_number"] = seq_++;
+  return "event: " + e["type"].get<std::string>() +
+         "\ndata: " + e.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string ResponseBuilder::start() {
+  std::string out = event({{"type", "response.created"}, {"response", response_}});
+  return out + event({{"type", "response.in_progress"}, {"response", response_}});
+}
+
+json ResponseBuilder::take_logprobs() {
+  if (!logprobs_) return json::array();
+  json lp = logprob_entries(*model_->tokenizer, pending_);
+  pending_.clear();
+  return lp;
+}
+
+std::string ResponseBuilder::open_message() {
+  json& output = response_["output"];
+  const std::string id =
+      n_messages_ == 0 ? "msg_" + hex_ : fmt::format("msg_{}_{}", hex_, n_messages_);
+  ++n_messages_;
+  open_ = int64_t(output.size());
+  output.push_back({{"id", id},
+                    {"type", "message"},
+                    {"status", "in_progress"},
+                    {"role", "assistant"},
+                    {"content", json::array()}});
+  const json part = {{"type", "output_text"},
+                     {"annotations", json::array()},
+                     {"logprobs", json::array()},
+                     {"text", ""}};
+  std::string out = event(
+      {{"type", "response.output_item.added"}, {"output_index", open_}, {"item", output[open_]}});
+  out += event({{"type", "response.content_part.added"},
+                {"item_id", id},
+                {"output_index", open_},
+                {"content_index", 0},
+                {"part", part}});
+  output[open_]["content"].push_back(part);
+  return out;
+}
+
+std::string ResponseBuilder::content(const std::string& s) {
+  if (s.empty()) return "";
+  std::string out = open_ < 0 ? open_message() : "";
+  json& item = response_["output"][open_];
+  json& part = item["content"][0];
+  part["text"].get_ref<std::string&>() += s;
+  json lps = take_logprobs();
+  for (const json& e : lps) part["logprobs"].push_back(e);
+  return out + event({{"type", "response.output_text.delta"},
+                      {"item_id", item["id"]},
+                      {"output_index", open_},
+                      {"content_index", 0},
+                      {"delta", s},
+                      {"logprobs", std::move(lps)}});
+}
+
+std::string ResponseBuilder::close_message(bool complete) {
+  if (open_ < 0) return "";
+  json& item = response_["output"][open_];
+  item["status"] = complete ? "completed" : "incomplete";
+  const json& part = item["content"][0];
+  std::string out = event({{"type", "response.output_text.done"},
+                           {"item_id", item["id"]},
+                           {"output_index", open_},
+                           {"content_index", 0},
+                           {"text", part["text"]},
+                           {"logprobs", part["logprobs"]}});
+  out += event({{"type", "response.content_part.done"},
+                {"item_id", item["id"]},
+                {"output_index", open_},
+                {"content_index", 0},
+                {"part", part}});
+  out += event({{"type", "response.output_item.done"}, {"output_index", open_}, {"item", item}});
+  open_ = -1;
+  return out;
+}
+
+std::string ResponseBuilder::add_call(const ToolCall& c) {
+  if (!tools_.parallel && n_calls_ > 0) return "";  // parallel_tool_calls: false
+  std::string out = close_message(true);
+  json& output = response_["output"];
+  const int64_t index = int64_t(output.size());
+  json item = {{"id", fmt::format("fc_{}_{}", hex_, n_calls_++)},
+               {"type", "function_call"},
+               {"status", "in_progress"},
+               {"arguments", ""},
+               {"call_id", c.id},
+               {"name", c.name}};
+  out += event({{"type", "response.output_item.added"}, {"output_index", index}, {"item", item}});
+  out += event({{"type", "response.function_call_arguments.delta"},
+                {"item_id", item["id"]},
+                {"output_index", index},
+                {"delta", c.arguments}});
+  out += event({{"type", "response.function_call_arguments.done"},
+                {"item_id", item["id"]},
+                {"output_index", index},
+                {"name", c.name},
+                {"arguments", c.arguments}});
+  item["status"] = "completed";
+  item["arguments"] = c.arguments;
+  out += event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
+  output.push_back(std::move(item));
+  return out;
+}
+
+std::string ResponseBuilder::text(const std::string& piece,
+                                  const std::vector<TokenLogprob>& logprobs) {
+  pending_.insert(pending_.end(), logprobs.begin(), logprobs.end());
+  n_logprobs_seen_ += logprobs.size();
+  if (!parser_) return content(piece);
+  std::string out;
+  for (const ToolEvent& e : parser_->push(piece))
+    out += e.is_call ? add_call(parser_->calls()[e.index]) : content(e.content);
+  return out;
+}
+
+std::string ResponseBuilder::finish(const GenerateResult& r) {
+  std::string out;
+  if (r.stop_reason.rfind("error", 0) == 0) {
+    out += close_message(false);
+    response_["status"] = "failed";
+    response_["error"] = {{"code", "server_error"}, {"message", r.stop_reason}};
+    return out + event({{"type", "response.failed"}, {"response", response_}});
+  }
+  if (parser_)
+    for (const ToolEvent& e : parser_->finish())
+      out += e.is_call ? add_call(parser_->calls()[e.index]) : content(e.content);
+  // tokens whose text never came (an end-of-generation token, a stop string)
+  for (size_t k = n_logprobs_seen_; k < r.logprobs.size(); ++k) pending_.push_back(r.logprobs[k]);
+  const bool cut = finish_reason(r.stop_reason) == "length";
+  if (open_ < 0 && n_calls_ == 0) out += open_message();  // an empty answer: an empty message
+  if (open_ >= 0)
+    for (json& e : take_logprobs())
+      response_["output"][open_]["content"][0]["logprobs"].push_back(e);
+  out += close_message(!cut);
+  response_["status"] = cut ? "incomplete" : "completed";
+  if (cut)
+    response_["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  else
+    response_["completed_at"] = unix_now();
+  const int64_t n_out = int64_t(r.tokens.size());
+  json usage = {{"input_tokens", r.n_prompt},
+                {"input_tokens_details", {{"cached_tokens", r.n_reused}}},
+                {"output_tokens", n_out},
+                {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                {"total_tokens", r.n_prompt + n_out}};
+  SpecTotals spec;
+  spec.add(r);
+  if (json s = spec.to_json(); !s.is_null()) usage["speculative"] = std::move(s);
+  response_["usage"] = std::move(usage);
+  return out + event({{"type", cut ? "response.incomplete" : "response.completed"},
+                      {"response", response_}});
+}
+
+json ResponseBuilder::assistant_message() const {
+  std::string content;
+  json calls = json::array();
+  for (const json& item : response_["output"]) {
+    if (item["type"] == "message")
+      content += item["content"][0]["text"].get<std::string>();
+    else
+      calls.push_back({{"id", item["call_id"]},
+                       {"type", "function"},
+                       {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+  }
+  json msg = {{"role", "assistant"}, {"content", content}};
+  if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+  return msg;
+}
+
+std::string ResponsesStream::started() {
+  if (started_) return "";
+  started_ = true;
+  return b_->start();
+}
+
+std::string ResponsesStream::text(size_t, const std::string& piece,
+                                  const std::vector<TokenLogprob>& logprobs) {
+  std::string out = started();
+  return out + b_->text(piece, logprobs);
+}
+
+std::string ResponsesStream::done(size_t, const GenerateResult& r) {
+  std::string out = started();
+  out += b_->finish(r);
+  if (on_done_) on_done_(*b_);
+  return out;
+}
+
+}  // namespace wick::server
