@@ -1,11 +1,12 @@
 // Request bodies as the server parses them, without a socket: the body, then
-// every endpoint's parser on it (OpenAI chat and completions, Ollama chat,
-// generate and show) against the Qwen3 tokenizer and its chat template. Bad
+// every endpoint's parser on it (OpenAI chat, completions and responses,
+// Ollama chat, generate and show) against the Qwen3 tokenizer and its chat template. Bad
 // bodies must be an ApiError with a 4xx status (anything else would reach the
 // client as a 500); a parsed request stays within the limits.
 #include "fuzz_input.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
+#include "server/parse_responses.h"
 
 using namespace wick;
 using namespace wick::server;
@@ -61,6 +62,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(r.gen, m);
     });
   }
+  // the Responses API, alone and after a previous response's conversation
+  const json previous = json::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+       "function": {"name": "f", "arguments": "{}"}}]}])");
+  for (const json& prev : {json::array(), previous})
+    expect_4xx_or_ok([&] {
+      (void)previous_response_id(body);
+      ResponsesRequest r = parse_responses(body, m, 7, prev);
+      if (r.chat.n_choices != 1 || !r.conversation.is_array()) std::abort();
+      check(r.chat.gen, m);
+    });
   expect_4xx_or_ok([&] { (void)ollama_show_model_name(body); });
   return 0;
 }

@@ -301,6 +301,17 @@ def request_seeds():
         "wrong_types": {"model": 5, "messages": "hi", "temperature": "hot", "stream": "yes"},
         "message_roles": {"model": "m", "messages": [{"role": "wizard", "content": None},
                                                      {"role": "user"}]},
+        "responses": {"model": "m", "instructions": "Be brief.", "max_output_tokens": 8,
+                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                                {"type": "function_call_output", "call_id": "c", "output": "ok"},
+                                {"type": "reasoning", "summary": []}],
+                      "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+                      "tool_choice": {"type": "function", "name": "f"}, "truncation": "auto",
+                      "include": ["message.output_text.logprobs"], "top_logprobs": 2, "store": False,
+                      "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}},
+        "responses_long": {"model": "m", "truncation": "auto",
+                           "input": [{"role": "user", "content": "word " * 300}] * 4},
     }
     out = {k + ".json": json.dumps(v).encode() for k, v in bodies.items()}
     out["deep_nesting.json"] = b'{"model":"m","messages":' + b"[" * 100 + b"]" * 100 + b"}"

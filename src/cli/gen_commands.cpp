@@ -388,6 +388,13 @@ void register_serve(CLI::App& app) {
                   "memory for previous_response_id and GET /v1/responses/ID; the oldest go "
                   "first, and past 128 MiB of them in all (default 1024; 0: none kept)")
       ->check(CLI::Range(0, 1 << 20));
+  static std::string reasoning_format = "auto";
+  cmd->add_option("--reasoning-format", reasoning_format,
+                  "auto: the <think> reasoning of models whose chat template names it (Qwen3, "
+                  "QwQ, DeepSeek-R1) is answered apart: message.reasoning_content (OpenAI chat), "
+                  "message.thinking / thinking (Ollama), a reasoning item (Responses); none: it "
+                  "stays in the content (default auto)")
+      ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--kv-events", cfg.kv_events,
                   "publish KV-cache events (blocks stored in / removed from the prefix cache) "
                   "as vLLM does, ZMQ PUB + msgpack, on this address, e.g. tcp://*:5557 (default: "
@@ -462,6 +469,7 @@ void register_serve(CLI::App& app) {
       cfg.keep_alive = *d;
     }
     cfg.pooling = *pooling_from_name(pooling);
+    cfg.split_reasoning = reasoning_format == "auto";
     if (!span_markers.empty()) {
       try {
         cfg.span_markers = parse_span_markers(span_markers);

@@ -16,6 +16,12 @@ struct ToolSetup {
   bool parallel = true;                  // parallel_tool_calls: false keeps the first call only
 };
 
+// How a chat answer is read for reasoning (<think>...</think>: text/reasoning.h).
+struct ReasoningSetup {
+  bool split = false;  // the model thinks in tags and the server splits them out
+  bool open = false;   // the prompt ended inside <think>: the answer starts as reasoning
+};
+
 // /v1/chat/completions and /v1/completions. Logprobs are asked for when
 // gen.top_logprobs >= 0 (the engine computes them).
 struct OpenAiRequest {
@@ -29,6 +35,7 @@ struct OpenAiRequest {
   bool stream = false;           // SSE
   bool usage_in_stream = false;  // stream_options.include_usage
   ToolSetup tools;               // chat only
+  ReasoningSetup reasoning;      // chat only
   // The prompts are ids the client laid out (completions' token ids, span
   // queries in the marker layout): with --span-markers, their markers lay
   // out their spans.
@@ -40,8 +47,9 @@ struct OllamaRequest {
   bool chat = false;
   std::string model;  // as the body names it (":latest" kept for the response)
   GenerateRequest gen;
-  bool stream = true;  // NDJSON; Ollama streams unless told not to
-  ToolSetup tools;     // chat only
+  bool stream = true;        // NDJSON; Ollama streams unless told not to
+  ToolSetup tools;           // chat only
+  ReasoningSetup reasoning;  // through the chat template (not raw)
 };
 
 }  // namespace wick::server

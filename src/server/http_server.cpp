@@ -38,7 +38,9 @@ struct Api {
         routes{cfg, loop, metrics, ModelPool::global()},
         responses(c.n_responses_stored, kResponseStoreBytes) {}
 
-  ModelView view(const LoadedModel& m) const { return model_view(m, cfg.engine.n_ctx); }
+  ModelView view(const LoadedModel& m) const {
+    return model_view(m, cfg.engine.n_ctx, cfg.split_reasoning);
+  }
 
   ServerConfig cfg;
   Metrics metrics;

@@ -33,6 +33,9 @@ struct ServerConfig {
   // The Responses API's store (previous_response_id, GET /v1/responses/ID):
   // at most this many responses, and kResponseStoreBytes of JSON; 0: none kept.
   size_t n_responses_stored = 1024;
+  // --reasoning-format: "auto" splits <think> reasoning out of the answers of
+  // models whose chat template names it; "none" leaves it in the content.
+  bool split_reasoning = true;
   // How long a model stays loaded after a request that sets no keep_alive
   // (Ollama's, default 5 minutes; negative: forever, 0: unload at once).
   std::chrono::milliseconds keep_alive{5 * 60 * 1000};

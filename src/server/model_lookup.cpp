@@ -6,6 +6,7 @@
 
 #include "engine/model_store.h"
 #include "io/error.h"
+#include "text/reasoning.h"
 
 namespace wick::server {
 
@@ -49,11 +50,12 @@ int32_t request_n_ctx(const LoadedModel& m, int32_t server_n_ctx) {
   return std::min<int32_t>(server_n_ctx, int32_t(m.model->config.n_ctx_train));
 }
 
-ModelView model_view(const LoadedModel& m, int32_t server_n_ctx) {
+ModelView model_view(const LoadedModel& m, int32_t server_n_ctx, bool split_reasoning) {
   return {.tokenizer = *m.tokenizer,
           .name = m.name,
           .n_ctx = request_n_ctx(m, server_n_ctx),
-          .tool_format = m.tool_format};
+          .tool_format = m.tool_format,
+          .reasoning = split_reasoning && template_has_reasoning(m.tokenizer->chat_template)};
 }
 
 int64_t stored_model_bytes(const std::string& name) {

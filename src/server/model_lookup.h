@@ -23,8 +23,9 @@ std::shared_ptr<const LoadedModel> find_model(const std::string& name,
 bool default_model_failed();
 // The context a request on m may fill: the server's, at most the model's training context.
 int32_t request_n_ctx(const LoadedModel& m, int32_t server_n_ctx);
-// What the parsers need of m.
-ModelView model_view(const LoadedModel& m, int32_t server_n_ctx);
+// What the parsers need of m; split_reasoning: the server's --reasoning-format
+// is not "none".
+ModelView model_view(const LoadedModel& m, int32_t server_n_ctx, bool split_reasoning = true);
 
 // The file size of a stored model; 0 for a folder or one that does not resolve.
 int64_t stored_model_bytes(const std::string& name);

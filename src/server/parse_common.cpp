@@ -5,6 +5,7 @@
 
 #include "grammar/json_schema.h"
 #include "text/json_scan.h"
+#include "text/reasoning.h"
 #include "text/utf8.h"
 
 namespace wick::server {
@@ -103,6 +104,14 @@ void parse_spec(const json& obj, const std::string& param_prefix, GenerateReques
       bad(param_prefix + "draft_max", fmt::format("draft_max must be in [0, {}]", kMaxDraft));
     r.draft_max = int32_t(*k);
   }
+}
+
+ReasoningSetup reasoning_setup(const ModelView& m, const std::vector<int32_t>& prompt) {
+  if (!m.reasoning) return {};
+  // the prompt's last few tokens are enough to see an open <think> at its end
+  const size_t n_tail = std::min<size_t>(prompt.size(), 8);
+  const std::vector<int32_t> tail(prompt.end() - ptrdiff_t(n_tail), prompt.end());
+  return {.split = true, .open = prompt_opens_reasoning(m.tokenizer.decode(tail, false))};
 }
 
 void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r) {

@@ -17,6 +17,7 @@
 
 #include "engine/session.h"
 #include "grammar/grammar.h"
+#include "server/api_types.h"
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
 
@@ -72,6 +73,7 @@ struct ModelView {
   std::string name;                           // for template error messages
   int32_t n_ctx = 0;                          // the context one request may fill
   ToolFormat tool_format = ToolFormat::None;  // the markup its template teaches
+  bool reasoning = false;  // its answers' <think> reasoning is split from the content
 };
 
 // One API's names, defaults and bounds for the sampling and limit fields.
@@ -113,6 +115,8 @@ void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, boo
 // grammar or schema (unsupported keywords named) is a 400 naming the field.
 enum class FormatField { OpenAiResponseFormat, OllamaFormat };
 std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which);
+// How an answer to a prompt rendered through m's chat template is read for reasoning.
+ReasoningSetup reasoning_setup(const ModelView& m, const std::vector<int32_t>& prompt);
 // A string or an array of at most max_n non-empty strings of at most kMaxStopBytes.
 std::vector<std::string> parse_stop(const json& obj, const char* key, size_t max_n);
 

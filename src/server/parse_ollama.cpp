@@ -29,7 +29,7 @@ namespace {
 
 // /api/generate: the prompt as is with raw, else as one user turn (after an
 // optional system turn) through the chat template.
-std::vector<int32_t> generate_prompt(const json& b, const ModelView& m) {
+std::vector<int32_t> generate_prompt(const json& b, const ModelView& m, const json& extra) {
   const std::string p = field<std::string>(b, "prompt").value_or("");
   if (p.empty()) bad("prompt", "'prompt' is required");
   if (field<bool>(b, "raw").value_or(false)) return m.tokenizer.encode(p, {.add_special = true});
@@ -37,7 +37,16 @@ std::vector<int32_t> generate_prompt(const json& b, const ModelView& m) {
   if (auto sys = field<std::string>(b, "system"))
     msgs.push_back({{"role", "system"}, {"content", *sys}});
   msgs.push_back({{"role", "user"}, {"content", p}});
-  return chat_prompt(m, msgs, json(), json());
+  return chat_prompt(m, msgs, json(), extra);
+}
+
+// Ollama's "think": the template's enable_thinking (Qwen3's switch); true on
+// a model that does not think in tags is a 400, as Ollama answers it.
+json think_kwargs(const json& b, const ModelView& m) {
+  const auto think = field<bool>(b, "think");
+  if (!think) return json();
+  if (*think && !m.reasoning) bad("think", fmt::format("'{}' does not support thinking", m.name));
+  return {{"enable_thinking", *think}};
 }
 
 // options.num_ctx narrows the context (never past the server's).
@@ -75,10 +84,11 @@ OllamaRequest parse_ollama(const json& b, bool chat, const ModelView& m, uint64_
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
     const json tools = parse_tools(b, m, false, r.tools, g);
-    g.prompt = chat_prompt(m, b["messages"], tools, json());
+    g.prompt = chat_prompt(m, b["messages"], tools, think_kwargs(b, m));
   } else {
-    g.prompt = generate_prompt(b, m);
+    g.prompt = generate_prompt(b, m, think_kwargs(b, m));
   }
+  if (chat || !field<bool>(b, "raw").value_or(false)) r.reasoning = reasoning_setup(m, g.prompt);
   const json o = b.value("options", json::object());
   if (!o.is_object()) bad("options", "'options' must be an object", "invalid_type");
   g.sampling = parse_sampling(o, kOllamaSampling, random_seed);

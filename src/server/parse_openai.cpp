@@ -100,8 +100,10 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
     const json tools = parse_tools(b, m, true, r.tools, g);
+    const bool continue_final = field<bool>(b, "continue_final_message").value_or(false);
     g.prompt = chat_prompt(m, b["messages"], tools, b.value("chat_template_kwargs", json()),
-                           field<bool>(b, "continue_final_message").value_or(false));
+                           continue_final);
+    if (!continue_final) r.reasoning = reasoning_setup(m, g.prompt);
   } else {
     if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
     const json& p = b["prompt"];

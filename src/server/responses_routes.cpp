@@ -34,8 +34,8 @@ void create(RouteContext& ctx, Submitter& sub, ResponseStore& store, const httpl
       if (!previous) throw not_found(id, "previous_response_id");
     }
     const ResponsesRequest r =
-        parse_responses(body, model_view(*m, ctx.cfg.engine.n_ctx), std::random_device{}(),
-                        previous ? *previous : json::array());
+        parse_responses(body, model_view(*m, ctx.cfg.engine.n_ctx, ctx.cfg.split_reasoning),
+                        std::random_device{}(), previous ? *previous : json::array());
     auto use = ctx.pool.use(m, keep_alive);
     const Channels chans = sub.submit(m, r.chat.gen, 1);
     auto builder = std::make_shared<ResponseBuilder>(

@@ -2,13 +2,6 @@
 
 namespace wick::server {
 
-ParsedOutput split_tool_calls(const ToolSetup& t, const std::string& text,
-                              const std::string& id_prefix) {
-  ParsedOutput out = parse_tool_calls(t.format, text, id_prefix);
-  if (!t.parallel && out.calls.size() > 1) out.calls.resize(1);
-  return out;
-}
-
 json openai_tool_call(const ToolCall& c) {
   return {{"id", c.id},
           {"type", "function"},

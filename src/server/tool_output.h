@@ -1,6 +1,5 @@
-// Tool calls in responses: the answer split into content and calls as the
-// request's ToolSetup says, and the calls in each API's JSON (OpenAI:
-// arguments as a JSON string; Ollama: as an object).
+// Tool calls in responses, in each API's JSON (OpenAI: arguments as a JSON
+// string; Ollama: as an object); answer_parser.h splits them from the text.
 #pragma once
 
 #include <string>
@@ -10,10 +9,6 @@
 #include "text/tool_calls.h"
 
 namespace wick::server {
-
-// The whole answer at once; with parallel off only the first call is kept.
-ParsedOutput split_tool_calls(const ToolSetup& t, const std::string& text,
-                              const std::string& id_prefix);
 
 // message.tool_calls[i]: {id, type, function: {name, arguments}}.
 json openai_tool_call(const ToolCall& c);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "server/answer_parser.h"
 #include "server/tool_output.h"
+#include "text/reasoning.h"
 
 namespace wick::server {
 
@@ -69,6 +71,7 @@ json ollama_show(const LoadedModel& m) {
   // as Ollama lists them: "tools" when the chat template renders tool markup
   json caps = json::array({"completion"});
   if (m.tool_format != ToolFormat::None) caps.push_back("tools");
+  if (template_has_reasoning(m.tokenizer->chat_template)) caps.push_back("thinking");
   return {{"modelfile", ""},
           {"parameters", ""},
           {"template", m.tokenizer->chat_template},
@@ -92,9 +95,11 @@ json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateRe
                   bool with_text) {
   const double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   json o;
-  if (with_text && r.chat && r.tools.format != ToolFormat::None) {
-    const ParsedOutput p = split_tool_calls(r.tools, g.text, "call_");
-    o = head(true, r.model, p.content);
+  const ToolSetup tools = r.chat ? r.tools : ToolSetup{};
+  if (with_text && (tools.format != ToolFormat::None || r.reasoning.split)) {
+    const ParsedAnswer p = parse_answer(r.reasoning, tools, g.text, "call_");
+    o = head(r.chat, r.model, p.content);
+    if (!p.reasoning.empty()) (r.chat ? o["message"]["thinking"] : o["thinking"]) = p.reasoning;
     if (!p.calls.empty()) {
       json calls = json::array();
       for (const auto& c : p.calls) calls.push_back(ollama_tool_call(c));
@@ -119,16 +124,20 @@ json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateRe
 
 OllamaStream::OllamaStream(const OllamaRequest& r, Clock::time_point t0) : req_(r), t0_(t0) {
   req_.gen.prompt.clear();
-  if (r.chat && r.tools.format != ToolFormat::None)
-    parser_ = std::make_unique<ToolCallParser>(r.tools.format, "call_");
+  const ToolSetup tools = r.chat ? r.tools : ToolSetup{};
+  if (tools.format != ToolFormat::None || r.reasoning.split)
+    parser_ = std::make_unique<AnswerParser>(r.reasoning, tools, "call_");
 }
 
-std::string OllamaStream::lines(const std::vector<ToolEvent>& evs) {
+std::string OllamaStream::lines(const std::vector<AnswerEvent>& evs) {
   std::string out;
-  for (const ToolEvent& e : evs) {
+  for (const AnswerEvent& e : evs) {
     json o;
-    if (!e.is_call) {
-      o = head(req_.chat, req_.model, e.content);
+    if (e.kind == AnswerEvent::Kind::Reasoning) {
+      o = head(req_.chat, req_.model, "");
+      (req_.chat ? o["message"]["thinking"] : o["thinking"]) = e.text;
+    } else if (e.kind == AnswerEvent::Kind::Content) {
+      o = head(req_.chat, req_.model, e.text);
     } else {
       if (!req_.tools.parallel && e.index > 0) continue;
       o = head(true, req_.model, "");
@@ -143,7 +152,7 @@ std::string OllamaStream::lines(const std::vector<ToolEvent>& evs) {
 
 std::string OllamaStream::text(size_t, const std::string& piece, const std::vector<TokenLogprob>&) {
   if (parser_) return lines(parser_->push(piece));
-  return lines({ToolEvent{.is_call = false, .content = piece}});
+  return lines({AnswerEvent{.kind = AnswerEvent::Kind::Content, .text = piece}});
 }
 
 std::string OllamaStream::done(size_t, const GenerateResult& g) {

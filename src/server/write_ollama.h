@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model_pool.h"
+#include "server/answer_parser.h"
 #include "server/api_types.h"
 #include "server/parse_common.h"
 #include "server/submit.h"
@@ -29,8 +30,9 @@ json ollama_show(const LoadedModel& m);
 json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateResult& g,
                   bool with_text);
 
-// NDJSON: one object per piece of text, then the final one. With tools, text
-// goes through a ToolCallParser and each call comes as its own object
+// NDJSON: one object per piece of text, then the final one. With tools or
+// reasoning, text goes through an AnswerParser: reasoning comes as
+// message.thinking (generate: thinking), each call as its own object
 // (message.tool_calls, empty content) once complete, as Ollama sends them.
 class OllamaStream : public StreamWriter {
  public:
@@ -41,11 +43,11 @@ class OllamaStream : public StreamWriter {
   std::string end() override { return ""; }
 
  private:
-  std::string lines(const std::vector<ToolEvent>& evs);
+  std::string lines(const std::vector<AnswerEvent>& evs);
 
   OllamaRequest req_;  // its prompt is not needed: cleared
   Clock::time_point t0_;
-  std::unique_ptr<ToolCallParser> parser_;
+  std::unique_ptr<AnswerParser> parser_;  // with tools or reasoning
   size_t n_calls_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <span>
 
+#include "server/answer_parser.h"
 #include "server/tool_output.h"
 
 namespace wick::server {
@@ -144,9 +145,10 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
     const json lp =
         r.gen.top_logprobs >= 0 ? logprobs_json(tk, g.logprobs, r.chat, offset) : json();
     std::string finish = finish_reason(g.stop_reason);
-    if (r.chat && r.tools.format != ToolFormat::None) {
-      const ParsedOutput p = split_tool_calls(r.tools, g.text, call_id_prefix(meta, i));
+    if (r.chat) {
+      const ParsedAnswer p = parse_answer(r.reasoning, r.tools, g.text, call_id_prefix(meta, i));
       json message = {{"role", "assistant"}, {"content", p.content}};
+      if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
       if (!p.calls.empty()) {  // content null when the answer is only calls
         if (p.content.empty()) message["content"] = nullptr;
         message["tool_calls"] = json::array();
@@ -155,12 +157,7 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
       }
       choices.push_back(
           {{"index", i}, {"message", message}, {"logprobs", lp}, {"finish_reason", finish}});
-    } else if (r.chat)
-      choices.push_back({{"index", i},
-                         {"message", {{"role", "assistant"}, {"content", g.text}}},
-                         {"logprobs", lp},
-                         {"finish_reason", finish}});
-    else
+    } else
       choices.push_back({{"index", i},
                          {"text", g.text},
                          {"logprobs", lp},
@@ -193,10 +190,11 @@ OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta,
       meta_(std::move(meta)),
       model_(std::move(model)),
       choices_(size_t(r.n_choices) * (r.more_prompts.size() + 1)) {
-  if (tools_.format != ToolFormat::None)
+  const ReasoningSetup reasoning = r.chat ? r.reasoning : ReasoningSetup{};
+  if (tools_.format != ToolFormat::None || reasoning.split)
     for (size_t i = 0; i < choices_.size(); ++i)
       choices_[i].parser =
-          std::make_unique<ToolCallParser>(tools_.format, call_id_prefix(meta_, i));
+          std::make_unique<AnswerParser>(reasoning, tools_, call_id_prefix(meta_, i));
 }
 
 std::string OpenAiStream::chunk(size_t i, const json& delta_or_text, const json& finish,
@@ -220,13 +218,16 @@ json OpenAiStream::take_logprobs(size_t i) {
   return lp;
 }
 
-std::string OpenAiStream::events(size_t i, const std::vector<ToolEvent>& evs) {
+std::string OpenAiStream::events(size_t i, const std::vector<AnswerEvent>& evs) {
   Choice& c = choices_[i];
   std::string out;
-  for (const ToolEvent& e : evs) {
-    if (!e.is_call) {
-      out += chunk(i, chat_ ? json{{"content", e.content}} : json(e.content), nullptr,
-                   take_logprobs(i));
+  for (const AnswerEvent& e : evs) {
+    if (e.kind == AnswerEvent::Kind::Reasoning) {
+      out += chunk(i, {{"reasoning_content", e.text}}, nullptr, take_logprobs(i));
+      continue;
+    }
+    if (e.kind == AnswerEvent::Kind::Content) {
+      out += chunk(i, chat_ ? json{{"content", e.text}} : json(e.text), nullptr, take_logprobs(i));
       continue;
     }
     if (!tools_.parallel && e.index > 0) continue;  // parallel_tool_calls: false
@@ -251,7 +252,7 @@ std::string OpenAiStream::text(size_t i, const std::string& piece,
     out += chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr);
   }
   if (c.parser) return out + events(i, c.parser->push(piece));
-  return out + events(i, {ToolEvent{.is_call = false, .content = piece}});
+  return out + events(i, {AnswerEvent{.kind = AnswerEvent::Kind::Content, .text = piece}});
 }
 
 std::string OpenAiStream::done(size_t i, const GenerateResult& r) {

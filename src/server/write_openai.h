@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model_pool.h"
+#include "server/answer_parser.h"
 #include "server/api_types.h"
 #include "server/parse_common.h"
 #include "server/submit.h"
@@ -40,7 +41,8 @@ std::string call_id_prefix(const OpenAiMeta& meta, size_t choice);
 // SSE: "data: {chunk}\n\n" per event, a role chunk first for chat, the usage
 // chunk when asked, then "data: [DONE]". With logprobs each chunk carries
 // those of the tokens computed since the last chunk (the last chunk the rest);
-// with tools the text goes through a ToolCallParser per choice.
+// with tools or reasoning the text goes through an AnswerParser per choice
+// (reasoning as delta.reasoning_content).
 class OpenAiStream : public StreamWriter {
  public:
   OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta, std::shared_ptr<const LoadedModel> model);
@@ -51,19 +53,19 @@ class OpenAiStream : public StreamWriter {
 
  private:
   struct Choice {
-    bool started = false;                    // chat: the role chunk was sent
-    std::unique_ptr<ToolCallParser> parser;  // with tools
-    size_t n_calls = 0;                      // calls sent
-    std::vector<TokenLogprob> pending;       // logprobs not yet sent
-    size_t n_logprobs_seen = 0;              // received with text events
-    size_t text_offset = 0;                  // completions: text before the next logprobs
+    bool started = false;                  // chat: the role chunk was sent
+    std::unique_ptr<AnswerParser> parser;  // with tools or reasoning
+    size_t n_calls = 0;                    // calls sent
+    std::vector<TokenLogprob> pending;     // logprobs not yet sent
+    size_t n_logprobs_seen = 0;            // received with text events
+    size_t text_offset = 0;                // completions: text before the next logprobs
   };
   std::string chunk(size_t i, const json& delta_or_text, const json& finish,
                     const json& logprobs = nullptr) const;
   // The pending logprobs of choice i as a chunk's "logprobs" (null when off or none).
   json take_logprobs(size_t i);
   // The chunks of choice i's parsed events (text itself without tools).
-  std::string events(size_t i, const std::vector<ToolEvent>& evs);
+  std::string events(size_t i, const std::vector<AnswerEvent>& evs);
 
   bool chat_, usage_in_stream_, logprobs_;
   ToolSetup tools_;

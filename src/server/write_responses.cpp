@@ -17,9 +17,8 @@ ResponseBuilder::ResponseBuilder(const ResponsesRequest& r, std::string id, std:
     : hex_(id.substr(id.find('_') + 1)),
       tools_(r.chat.tools),
       logprobs_(r.chat.gen.top_logprobs >= 0),
-      model_(std::move(m)) {
-  if (tools_.format != ToolFormat::None)
-    parser_ = std::make_unique<ToolCallParser>(tools_.format, "call_" + hex_ + "_");
+      model_(std::move(m)),
+      parser_(r.chat.reasoning, r.chat.tools, "call_" + hex_ + "_") {
   response_ = {{"id", std::move(id)},          {"object", "response"}, {"created_at", unix_now()},
                {"status", "in_progress"},      {"background", false},  {"error", nullptr},
                {"incomplete_details", nullptr}};
@@ -73,9 +72,63 @@ std::string ResponseBuilder::open_message() {
   return out;
 }
 
+std::string ResponseBuilder::reasoning(const std::string& s) {
+  if (s.empty()) return "";
+  json& output = response_["output"];
+  std::string out;
+  if (thinking_ < 0) {
+    out += close_message(true);
+    thinking_ = int64_t(output.size());
+    output.push_back({{"id", "rs_" + hex_},
+                      {"type", "reasoning"},
+                      {"status", "in_progress"},
+                      {"summary", json::array()},
+                      {"content", json::array()}});
+    const json part = {{"type", "reasoning_text"}, {"text", ""}};
+    out += event({{"type", "response.output_item.added"},
+                  {"output_index", thinking_},
+                  {"item", output[thinking_]}});
+    out += event({{"type", "response.content_part.added"},
+                  {"item_id", output[thinking_]["id"]},
+                  {"output_index", thinking_},
+                  {"content_index", 0},
+                  {"part", part}});
+    output[thinking_]["content"].push_back(part);
+  }
+  json& item = output[thinking_];
+  item["content"][0]["text"].get_ref<std::string&>() += s;
+  return out + event({{"type", "response.reasoning_text.delta"},
+                      {"item_id", item["id"]},
+                      {"output_index", thinking_},
+                      {"content_index", 0},
+                      {"delta", s}});
+}
+
+std::string ResponseBuilder::close_reasoning(bool complete) {
+  if (thinking_ < 0) return "";
+  json& item = response_["output"][thinking_];
+  item["status"] = complete ? "completed" : "incomplete";
+  const json& part = item["content"][0];
+  std::string out = event({{"type", "response.reasoning_text.done"},
+                           {"item_id", item["id"]},
+                           {"output_index", thinking_},
+                           {"content_index", 0},
+                           {"text", part["text"]}});
+  out += event({{"type", "response.content_part.done"},
+                {"item_id", item["id"]},
+                {"output_index", thinking_},
+                {"content_index", 0},
+                {"part", part}});
+  out +=
+      event({{"type", "response.output_item.done"}, {"output_index", thinking_}, {"item", item}});
+  thinking_ = -1;
+  return out;
+}
+
 std::string ResponseBuilder::content(const std::string& s) {
   if (s.empty()) return "";
-  std::string out = open_ < 0 ? open_message() : "";
+  std::string out = close_reasoning(true);
+  if (open_ < 0) out += open_message();
   json& item = response_["output"][open_];
   json& part = item["content"][0];
   part["text"].get_ref<std::string&>() += s;
@@ -112,7 +165,8 @@ std::string ResponseBuilder::close_message(bool complete) {
 
 std::string ResponseBuilder::add_call(const ToolCall& c) {
   if (!tools_.parallel && n_calls_ > 0) return "";  // parallel_tool_calls: false
-  std::string out = close_message(true);
+  std::string out = close_reasoning(true);
+  out += close_message(true);
   json& output = response_["output"];
   const int64_t index = int64_t(output.size());
   json item = {{"id", fmt::format("fc_{}_{}", hex_, n_calls_++)},
@@ -142,28 +196,34 @@ std::string ResponseBuilder::text(const std::string& piece,
                                   const std::vector<TokenLogprob>& logprobs) {
   pending_.insert(pending_.end(), logprobs.begin(), logprobs.end());
   n_logprobs_seen_ += logprobs.size();
-  if (!parser_) return content(piece);
+  return answer(parser_.push(piece));
+}
+
+std::string ResponseBuilder::answer(const std::vector<AnswerEvent>& evs) {
   std::string out;
-  for (const ToolEvent& e : parser_->push(piece))
-    out += e.is_call ? add_call(parser_->calls()[e.index]) : content(e.content);
+  for (const AnswerEvent& e : evs) {
+    if (e.kind == AnswerEvent::Kind::Reasoning) out += reasoning(e.text);
+    if (e.kind == AnswerEvent::Kind::Content) out += content(e.text);
+    if (e.kind == AnswerEvent::Kind::Call) out += add_call(parser_.calls()[e.index]);
+  }
   return out;
 }
 
 std::string ResponseBuilder::finish(const GenerateResult& r) {
   std::string out;
   if (r.stop_reason.rfind("error", 0) == 0) {
+    out += close_reasoning(false);
     out += close_message(false);
     response_["status"] = "failed";
     response_["error"] = {{"code", "server_error"}, {"message", r.stop_reason}};
     return out + event({{"type", "response.failed"}, {"response", response_}});
   }
-  if (parser_)
-    for (const ToolEvent& e : parser_->finish())
-      out += e.is_call ? add_call(parser_->calls()[e.index]) : content(e.content);
+  out += answer(parser_.finish());
   // tokens whose text never came (an end-of-generation token, a stop string)
   for (size_t k = n_logprobs_seen_; k < r.logprobs.size(); ++k) pending_.push_back(r.logprobs[k]);
   const bool cut = finish_reason(r.stop_reason) == "length";
-  if (open_ < 0 && n_calls_ == 0) out += open_message();  // an empty answer: an empty message
+  out += close_reasoning(!cut);                            // cut while thinking: incomplete
+  if (response_["output"].empty()) out += open_message();  // nothing said: an empty message
   if (open_ >= 0)
     for (json& e : take_logprobs())
       response_["output"][open_]["content"][0]["logprobs"].push_back(e);
@@ -193,7 +253,7 @@ json ResponseBuilder::assistant_message() const {
   for (const json& item : response_["output"]) {
     if (item["type"] == "message")
       content += item["content"][0]["text"].get<std::string>();
-    else
+    else if (item["type"] == "function_call")  // reasoning is not replayed (templates drop it)
       calls.push_back({{"id", item["call_id"]},
                        {"type", "function"},
                        {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});

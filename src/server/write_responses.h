@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model_pool.h"
+#include "server/answer_parser.h"
 #include "server/parse_responses.h"
 #include "server/submit.h"
 #include "text/tool_calls.h"
@@ -19,7 +20,8 @@ namespace wick::server {
 // Unguessable ids (the store answers whoever knows one): resp_ and 32 hex digits.
 std::string new_response_id();
 
-// One response's output as its answer arrives: a message item for text, a
+// One response's output as its answer arrives: a reasoning item for <think>
+// reasoning (when the request splits it), a message item for text, a
 // function_call item for each call, and each change as the events
 // (response.output_item.added, response.output_text.delta, ...) that the
 // Responses API streams.
@@ -45,19 +47,22 @@ class ResponseBuilder {
   std::string close_message(bool complete);
   std::string add_call(const ToolCall& c);
   std::string content(const std::string& s);
+  std::string reasoning(const std::string& s);
+  std::string close_reasoning(bool complete);
+  std::string answer(const std::vector<AnswerEvent>& evs);
   json take_logprobs();
 
   std::string hex_;  // the id's digits, shared by its items' ids
   ToolSetup tools_;
   bool logprobs_;
   std::shared_ptr<const LoadedModel> model_;  // its tokenizer names the logprobs' tokens
-  std::unique_ptr<ToolCallParser> parser_;    // with tools
+  AnswerParser parser_;
   json response_;
   int64_t seq_ = 0;                    // the events' sequence_number
   int64_t open_ = -1;                  // output index of the message item being written
+  int64_t thinking_ = -1;              // output index of the reasoning item being written
   size_t n_messages_ = 0;              // message items opened
   size_t n_calls_ = 0;                 // calls output
-  std::string text_;                   // all the answer's text, for the stored conversation
   std::vector<TokenLogprob> pending_;  // logprobs not yet in a delta
   size_t n_logprobs_seen_ = 0;
 };
