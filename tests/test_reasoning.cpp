@@ -95,14 +95,7 @@ const char* kAnswer =
 
 class ReasoningWriters : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (std::filesystem::exists(shared_dir() + "/tokenizers/qwen3")) {
-      auto m = std::make_shared<LoadedModel>();
-      m->tokenizer = Tokenizer::load(shared_dir() + "/tokenizers/qwen3");
-      m->tool_format = detect_tool_format(m->tokenizer->chat_template);
-      qwen3_ = new std::shared_ptr<const LoadedModel>(m);
-    }
-  }
+  static void SetUpTestSuite() { qwen3_ = load_qwen3_model(); }
   void SetUp() override {
     if (!qwen3_) WICK_SKIP_OR_FAIL("shared tokenizers not found at " << shared_dir());
   }
