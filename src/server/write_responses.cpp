@@ -46,56 +46,76 @@ json ResponseBuilder::take_logprobs() {
   return lp;
 }
 
-std::string ResponseBuilder::open_message() {
+std::string ResponseBuilder::open_item(json item, const json& part, int64_t& index) {
   json& output = response_["output"];
+  index = int64_t(output.size());
+  output.push_back(std::move(item));
+  std::string out = event(
+      {{"type", "response.output_item.added"}, {"output_index", index}, {"item", output[index]}});
+  out += event({{"type", "response.content_part.added"},
+                {"item_id", output[index]["id"]},
+                {"output_index", index},
+                {"content_index", 0},
+                {"part", part}});
+  output[index]["content"].push_back(part);
+  return out;
+}
+
+std::string ResponseBuilder::close_item(int64_t& index, const char* done_type, bool complete) {
+  if (index < 0) return "";
+  json& item = response_["output"][index];
+  item["status"] = complete ? "completed" : "incomplete";
+  const json& part = item["content"][0];
+  json done = {{"type", done_type},
+               {"item_id", item["id"]},
+               {"output_index", index},
+               {"content_index", 0},
+               {"text", part["text"]}};
+  if (part.contains("logprobs")) done["logprobs"] = part["logprobs"];
+  std::string out = event(std::move(done));
+  out += event({{"type", "response.content_part.done"},
+                {"item_id", item["id"]},
+                {"output_index", index},
+                {"content_index", 0},
+                {"part", part}});
+  out += event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
+  index = -1;
+  return out;
+}
+
+std::string ResponseBuilder::open_message() {
   const std::string id =
       n_messages_ == 0 ? "msg_" + hex_ : fmt::format("msg_{}_{}", hex_, n_messages_);
   ++n_messages_;
-  open_ = int64_t(output.size());
-  output.push_back({{"id", id},
+  return open_item({{"id", id},
                     {"type", "message"},
                     {"status", "in_progress"},
                     {"role", "assistant"},
-                    {"content", json::array()}});
-  const json part = {{"type", "output_text"},
-                     {"annotations", json::array()},
-                     {"logprobs", json::array()},
-                     {"text", ""}};
-  std::string out = event(
-      {{"type", "response.output_item.added"}, {"output_index", open_}, {"item", output[open_]}});
-  out += event({{"type", "response.content_part.added"},
-                {"item_id", id},
-                {"output_index", open_},
-                {"content_index", 0},
-                {"part", part}});
-  output[open_]["content"].push_back(part);
-  return out;
+                    {"content", json::array()}},
+                   {{"type", "output_text"},
+                    {"annotations", json::array()},
+                    {"logprobs", json::array()},
+                    {"text", ""}},
+                   open_);
+}
+
+std::string ResponseBuilder::close_message(bool complete) {
+  return close_item(open_, "response.output_text.done", complete);
 }
 
 std::string ResponseBuilder::reasoning(const std::string& s) {
   if (s.empty()) return "";
-  json& output = response_["output"];
   std::string out;
   if (thinking_ < 0) {
     out += close_message(true);
-    thinking_ = int64_t(output.size());
-    output.push_back({{"id", "rs_" + hex_},
+    out += open_item({{"id", "rs_" + hex_},
                       {"type", "reasoning"},
                       {"status", "in_progress"},
                       {"summary", json::array()},
-                      {"content", json::array()}});
-    const json part = {{"type", "reasoning_text"}, {"text", ""}};
-    out += event({{"type", "response.output_item.added"},
-                  {"output_index", thinking_},
-                  {"item", output[thinking_]}});
-    out += event({{"type", "response.content_part.added"},
-                  {"item_id", output[thinking_]["id"]},
-                  {"output_index", thinking_},
-                  {"content_index", 0},
-                  {"part", part}});
-    output[thinking_]["content"].push_back(part);
+                      {"content", json::array()}},
+                     {{"type", "reasoning_text"}, {"text", ""}}, thinking_);
   }
-  json& item = output[thinking_];
+  json& item = response_["output"][thinking_];
   item["content"][0]["text"].get_ref<std::string&>() += s;
   return out + event({{"type", "response.reasoning_text.delta"},
                       {"item_id", item["id"]},
@@ -105,24 +125,7 @@ std::string ResponseBuilder::reasoning(const std::string& s) {
 }
 
 std::string ResponseBuilder::close_reasoning(bool complete) {
-  if (thinking_ < 0) return "";
-  json& item = response_["output"][thinking_];
-  item["status"] = complete ? "completed" : "incomplete";
-  const json& part = item["content"][0];
-  std::string out = event({{"type", "response.reasoning_text.done"},
-                           {"item_id", item["id"]},
-                           {"output_index", thinking_},
-                           {"content_index", 0},
-                           {"text", part["text"]}});
-  out += event({{"type", "response.content_part.done"},
-                {"item_id", item["id"]},
-                {"output_index", thinking_},
-                {"content_index", 0},
-                {"part", part}});
-  out +=
-      event({{"type", "response.output_item.done"}, {"output_index", thinking_}, {"item", item}});
-  thinking_ = -1;
-  return out;
+  return close_item(thinking_, "response.reasoning_text.done", complete);
 }
 
 std::string ResponseBuilder::content(const std::string& s) {
@@ -140,27 +143,6 @@ std::string ResponseBuilder::content(const std::string& s) {
                       {"content_index", 0},
                       {"delta", s},
                       {"logprobs", std::move(lps)}});
-}
-
-std::string ResponseBuilder::close_message(bool complete) {
-  if (open_ < 0) return "";
-  json& item = response_["output"][open_];
-  item["status"] = complete ? "completed" : "incomplete";
-  const json& part = item["content"][0];
-  std::string out = event({{"type", "response.output_text.done"},
-                           {"item_id", item["id"]},
-                           {"output_index", open_},
-                           {"content_index", 0},
-                           {"text", part["text"]},
-                           {"logprobs", part["logprobs"]}});
-  out += event({{"type", "response.content_part.done"},
-                {"item_id", item["id"]},
-                {"output_index", open_},
-                {"content_index", 0},
-                {"part", part}});
-  out += event({{"type", "response.output_item.done"}, {"output_index", open_}, {"item", item}});
-  open_ = -1;
-  return out;
 }
 
 std::string ResponseBuilder::add_call(const ToolCall& c) {

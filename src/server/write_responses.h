@@ -43,6 +43,10 @@ class ResponseBuilder {
 
  private:
   std::string event(json e);
+  // An item with one content part written as text arrives (a message, a
+  // reasoning item): added at index; closed with its text's done event.
+  std::string open_item(json item, const json& part, int64_t& index);
+  std::string close_item(int64_t& index, const char* done_type, bool complete);
   std::string open_message();
   std::string close_message(bool complete);
   std::string add_call(const ToolCall& c);
