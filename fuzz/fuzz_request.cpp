@@ -3,6 +3,8 @@
 // Ollama chat, generate and show) against the Qwen3 tokenizer and its chat template. Bad
 // bodies must be an ApiError with a 4xx status (anything else would reach the
 // client as a 500); a parsed request stays within the limits.
+#include <cmath>
+
 #include "fuzz_input.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
@@ -28,6 +30,9 @@ void check(const GenerateRequest& g, const ModelView& m) {
   if (g.stop.size() > 16) std::abort();
   for (int32_t id : g.prompt)
     if (id < 0 || id >= m.tokenizer.n_vocab()) std::abort();
+  if (g.min_tokens < 0 || g.min_tokens > g.max_tokens) std::abort();
+  for (const auto& [id, bias] : g.sampling.logit_bias)
+    if (id < 0 || id >= m.tokenizer.n_vocab() || !(std::fabs(bias) <= 100)) std::abort();
 }
 
 }  // namespace
@@ -55,6 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(r.gen, m);
       for (const auto& p : r.more_prompts)
         if (int64_t(p.size()) > m.n_ctx) std::abort();
+      if (r.echo.on() && r.echo.texts.size() != r.more_prompts.size() + 1) std::abort();
     });
     expect_4xx_or_ok([&] {
       (void)ollama_model_name(body);

@@ -228,6 +228,17 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
       {false, R"({"prompt": "x", "stream_options": {"include_usage": "yes"}})", "include_usage",
        "'include_usage' must be a boolean"},
       {false, R"({"prompt": "x", "logprobs": 9})", "logprobs", "logprobs must be in [0, 5]"},
+      {true, "{" + m + R"("logit_bias": [1]})", "logit_bias", "must be an object"},
+      {true, "{" + m + R"("logit_bias": {"-1": 1}})", "logit_bias", "'-1' is not a token id"},
+      {true, "{" + m + R"("logit_bias": {"01": 1}})", "logit_bias", "'01' is not a token id"},
+      {true, "{" + m + R"("logit_bias": {"hello": 1}})", "logit_bias", "'hello' is not a token id"},
+      {true, "{" + m + R"("logit_bias": {"99999999": 1}})", "logit_bias", "outside the vocabulary"},
+      {true, "{" + m + R"("logit_bias": {"5": "x"}})", "logit_bias", "must be a number"},
+      {true, "{" + m + R"("logit_bias": {"5": 100.5}})", "logit_bias", "in [-100, 100]"},
+      {false, R"({"prompt": "x", "min_tokens": -1})", "min_tokens", "min_tokens must be in [0, "},
+      {false, R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens",
+       "min_tokens must be in [0, 4]"},
+      {false, R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos", "must be a boolean"},
   };
   for (const BadBody& c : cases) {
     SCOPED_TRACE(c.body);
@@ -236,6 +247,21 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
     EXPECT_EQ(e.param, c.param);
     EXPECT_CONTAINS(e.message, c.message);
   }
+}
+
+TEST_F(ServerParse, OpenAiTokenControls) {
+  const OpenAiRequest r = openai(R"({"prompt": "x", "max_tokens": 9, "min_tokens": 3,
+                                     "ignore_eos": true, "logit_bias": {"0": -100, "151643": 2.5}})",
+                                 false);
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(r.gen.sampling.logit_bias, (Bias{{0, -100.f}, {151643, 2.5f}}));
+  EXPECT_EQ(r.gen.min_tokens, 3);
+  EXPECT_TRUE(r.gen.ignore_eos);
+  const OpenAiRequest none =
+      openai(R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": null})", true);
+  EXPECT_TRUE(none.gen.sampling.logit_bias.empty());
+  EXPECT_EQ(none.gen.min_tokens, 0);
+  EXPECT_FALSE(none.gen.ignore_eos);
 }
 
 TEST_F(ServerParse, OpenAiPromptPastTheContext) {

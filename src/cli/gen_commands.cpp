@@ -30,6 +30,8 @@ struct GenOptions {
   int32_t max_tokens = 256, ctx_size = 4096, prefill_chunk = 512;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  int32_t min_tokens = 0;
+  std::vector<std::string> logit_bias;  // llama.cpp's ID+BIAS / ID-BIAS
   SamplingParams sampling;
   SpecOptions spec;
 };
@@ -74,6 +76,12 @@ void add_gen_options(CLI::App* cmd, GenOptions& o) {
                   "random seed (default 12648430; same seed, same output)");
   cmd->add_option("--stop", o.stop, "stop when this text appears (repeatable)");
   cmd->add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-generation tokens");
+  cmd->add_option("--min-tokens", o.min_tokens,
+                  "no end-of-generation token before this many tokens (default 0)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--logit-bias,-l", o.logit_bias,
+                  "ID+BIAS or ID-BIAS: add BIAS (at most 100) to token ID's logit; -100 bans it "
+                  "(repeatable)");
   add_spec_options(cmd, o.spec);
 }
 
@@ -96,10 +104,28 @@ std::shared_ptr<const LoadedModel> load_with_progress(const std::string& name) {
   return m;
 }
 
+// llama.cpp's form: "15043+1", "15043-100" (the sign belongs to the bias).
+std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
+  const size_t at = s.find_first_of("+-");
+  auto fail = [&] {
+    throw std::runtime_error(
+        fmt::format("--logit-bias {}: expected ID+BIAS or ID-BIAS, e.g. 15043+1 or 15043-100", s));
+  };
+  if (at == 0 || at == std::string::npos ||
+      s.find_first_not_of("0123456789") != at)  // digits, then the sign
+    fail();
+  char* end = nullptr;
+  const float bias = std::strtof(s.c_str() + at, &end);
+  if (*end || at > 9) fail();
+  return {int32_t(std::stol(s.substr(0, at))), bias};
+}
+
 GenerateRequest make_request(const GenOptions& o, std::vector<int32_t> prompt) {
   GenerateRequest r;
   r.prompt = std::move(prompt);
   r.sampling = o.sampling;
+  for (const auto& b : o.logit_bias) r.sampling.logit_bias.push_back(parse_logit_bias(b));
+  r.min_tokens = o.min_tokens;
   r.max_tokens = o.max_tokens;
   r.stop = o.stop;
   r.ignore_eos = o.ignore_eos;

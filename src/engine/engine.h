@@ -47,7 +47,7 @@ struct EngineConfig {
   // Span repair (defaults from docs/perf.md's 50-query measurement): no fixed
   // prefix, and the 15 % of each span's tokens whose K/V deviates most
   int32_t span_recompute = 16;  // tokens computed again at the start of each span
-  float span_blend = 0.f;  // and this fraction of each span, where K/V deviates most (0: off)
+  float span_blend = 0.f;       // and this fraction of each span, where K/V deviates most (0: off)
   // Spans are computed after all the text before the first span (e.g. the
   // system prompt), for requests that leave GenerateRequest::span_context at -1.
   bool span_context = false;

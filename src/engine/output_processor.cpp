@@ -55,14 +55,16 @@ SampleRow device_sample_row(const SamplingParams& p, std::span<const int32_t> hi
   return r;
 }
 
-// Sequences whose distribution is wanted on the host (log-probabilities, first logits).
-// A grammar's mask is applied on the host too.
-bool needs_host(const Sequence& s) {
-  return s.req.top_logprobs >= 0 || (s.req.keep_first_logits && !s.got_first) || s.matcher;
+// End-of-generation ids are masked for this sequence's next token.
+bool holds_eog(const Sequence& s) {
+  return s.n_generated() < s.req.min_tokens;
 }
 
-bool has_penalties(const SamplingParams& p) {
-  return p.repeat_penalty != 1 || p.presence_penalty != 0 || p.frequency_penalty != 0;
+// Sequences whose distribution is wanted on the host (log-probabilities, first logits).
+// Masks (a grammar's, min_tokens') and logit biases are applied on the host too.
+bool needs_host(const Sequence& s) {
+  return s.req.top_logprobs >= 0 || (s.req.keep_first_logits && !s.got_first) || s.matcher ||
+         holds_eog(s) || !s.req.sampling.logit_bias.empty();
 }
 
 // Draft tokens drawn from a draft model's distribution, for a sampled
@@ -178,7 +180,7 @@ int32_t OutputProcessor::rejection_step(Sequence& s, std::span<float> row, int32
                                         const SparseDist& q, bool& accepted) {
   std::vector<float> raw;
   if (s.req.top_logprobs >= 0) raw.assign(row.begin(), row.end());  // distribution() changes row
-  const auto& p = s.sampler->distribution(row, s.tokens);
+  const auto& p = s.sampler->distribution(row, s.tokens, allowed_mask(s));
   float p_draft = 0, q_draft = 0;
   for (const auto& c : p)
     if (c.id == draft) p_draft = c.p;
@@ -197,13 +199,18 @@ int32_t OutputProcessor::rejection_step(Sequence& s, std::span<float> row, int32
   return id;
 }
 
-std::span<const uint64_t> OutputProcessor::grammar_mask(Sequence& s) {
-  if (!s.matcher) return {};
-  const auto& allowed = s.matcher->allowed(*trie_);
-  mask_.assign(allowed.begin(), allowed.end());
-  mask_.resize((size_t(model_->config().n_vocab) + 63) / 64, 0);  // ids past the tokenizer's
-  const bool can_end = s.matcher->can_end();
-  for (int32_t id : model_->eog_ids) {  // allowed only where the grammar may end
+std::span<const uint64_t> OutputProcessor::allowed_mask(Sequence& s) {
+  if (!s.matcher && !holds_eog(s)) return {};
+  const size_t n_words = (size_t(model_->config().n_vocab) + 63) / 64;
+  if (s.matcher) {
+    const auto& allowed = s.matcher->allowed(*trie_);
+    mask_.assign(allowed.begin(), allowed.end());
+    mask_.resize(n_words, 0);  // ids past the tokenizer's
+  } else {
+    mask_.assign(n_words, ~uint64_t(0));
+  }
+  const bool can_end = (!s.matcher || s.matcher->can_end()) && !holds_eog(s);
+  for (int32_t id : model_->eog_ids) {  // only where the grammar may end, after min_tokens
     if (id < 0 || size_t(id) >= mask_.size() * 64) continue;
     const uint64_t bit = uint64_t(1) << (id & 63);
     uint64_t& word = mask_[size_t(id) >> 6];
@@ -215,7 +222,7 @@ std::span<const uint64_t> OutputProcessor::grammar_mask(Sequence& s) {
 // -1 when a grammar allows no token at all.
 int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   if (s.req.keep_first_logits && !s.got_first) s.result.first_logits.assign(row.begin(), row.end());
-  const auto mask = grammar_mask(s);
+  const auto mask = allowed_mask(s);
   if (s.matcher && std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; }))
     return -1;
   if (s.req.top_logprobs < 0) return s.sampler->sample(row, s.tokens, mask);
@@ -223,12 +230,9 @@ int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   // grammar's mask and the filters
   const float lse = log_sum_exp(row);
   auto top = top_logprobs(row, lse, size_t(s.req.top_logprobs), order_);
-  std::vector<float> raw;
-  if (has_penalties(s.req.sampling) || s.matcher)
-    raw.assign(row.begin(), row.end());  // sample() changes row
+  raw_.assign(row.begin(), row.end());  // sample() changes row: biases, penalties, masks
   const int32_t id = s.sampler->sample(row, s.tokens, mask);
-  const float logit = raw.empty() ? row[size_t(id)] : raw[size_t(id)];
-  add_logprob(s, {id, logit - lse, std::move(top)});
+  add_logprob(s, {id, raw_[size_t(id)] - lse, std::move(top)});
   return id;
 }
 

@@ -59,9 +59,10 @@ class OutputProcessor {
   // logits rows row0.. (GenerateRequest::prompt_logprobs).
   void add_prompt_logprobs(const ScheduledSeq& w, size_t row0, ModelRunner& runner);
   bool append(Sequence& s, int32_t id);  // false when the sequence ends
-  // The tokens s's grammar allows now (end-of-generation ids where it may
-  // end); empty when s has no grammar, all zero when nothing may follow.
-  std::span<const uint64_t> grammar_mask(Sequence& s);
+  // The tokens s may take now: its grammar's (end-of-generation ids where it
+  // may end), without end-of-generation ids before min_tokens; empty when
+  // neither applies, all zero when the grammar allows nothing.
+  std::span<const uint64_t> allowed_mask(Sequence& s);
 
   std::shared_ptr<const LoadedModel> model_;
   int32_t n_ctx_;
@@ -73,6 +74,7 @@ class OutputProcessor {
   // a grammar; a mask of this step's constrained sequence
   std::shared_ptr<const grammar::TokenTrie> trie_;
   std::vector<uint64_t> mask_;
+  std::vector<float> raw_;  // a row before sampling changes it
 };
 
 }  // namespace wick

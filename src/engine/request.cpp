@@ -30,6 +30,12 @@ void validate_request(const GenerateRequest& req, int32_t n_vocab) {
   if (auto err = req.sampling.validate(); !err.empty()) throw GenerateError(err);
   if (req.max_tokens < 0)
     throw GenerateError(fmt::format("max_tokens must be >= 0 (got {})", req.max_tokens));
+  if (req.min_tokens < 0)
+    throw GenerateError(fmt::format("min_tokens must be >= 0 (got {})", req.min_tokens));
+  for (const auto& [id, bias] : req.sampling.logit_bias)
+    if (id >= n_vocab)
+      throw GenerateError(
+          fmt::format("logit_bias token id {} is outside the vocabulary [0, {})", id, n_vocab));
   if (req.prefill_chunk < 0)
     throw GenerateError(fmt::format("prefill chunk must be >= 0 (got {})", req.prefill_chunk));
   if (req.prompt.empty()) throw GenerateError("the prompt is empty");

@@ -32,6 +32,9 @@ struct GenerateRequest {
   int32_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;
+  // End-of-generation ids are masked until this many tokens were generated
+  // (vLLM's min_tokens); stop strings still end the generation.
+  int32_t min_tokens = 0;
   int32_t prefill_chunk = 512;     // 0 = the whole prompt in one pass
   bool truncate = false;           // drop the oldest prompt tokens instead of failing when too long
   bool keep_first_logits = false;  // return the logits the first token was sampled from

@@ -23,6 +23,11 @@ std::string SamplingParams::validate() const {
     return fmt::format("presence_penalty must be in [-100, 100] (got {})", presence_penalty);
   if (!finite(frequency_penalty) || std::fabs(frequency_penalty) > 100)
     return fmt::format("frequency_penalty must be in [-100, 100] (got {})", frequency_penalty);
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) return fmt::format("logit_bias ids must be >= 0 (got {})", id);
+    if (!finite(bias) || std::fabs(bias) > 100)
+      return fmt::format("logit_bias values must be in [-100, 100] (got {})", bias);
+  }
   return "";
 }
 
@@ -30,6 +35,12 @@ Sampler::Sampler(const SamplingParams& p, int32_t n_vocab) : p_(p), rng_(p.seed)
   cand_.reserve(size_t(n_vocab));
   counts_.assign(size_t(n_vocab), 0);
   touched_.reserve(1024);
+}
+
+void Sampler::apply_bias(std::span<float> logits) const {
+  for (const auto& [id, bias] : p_.logit_bias)
+    if (size_t(id) < logits.size())
+      logits[size_t(id)] += bias;  // a draft model's vocab may be smaller
 }
 
 void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
@@ -120,6 +131,7 @@ size_t argmax(std::span<const float> x) {
 const std::vector<Sampler::Cand>& Sampler::distribution(std::span<float> logits,
                                                         std::span<const int32_t> history,
                                                         std::span<const uint64_t> allowed) {
+  apply_bias(logits);
   apply_penalties(logits, history);
   apply_mask(logits, allowed);
   if (p_.temperature == 0.0f) {
@@ -159,6 +171,7 @@ int32_t Sampler::draw(std::span<const int32_t> ids, std::span<const float> weigh
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history,
                         std::span<const uint64_t> allowed) {
+  apply_bias(logits);
   apply_penalties(logits, history);
   apply_mask(logits, allowed);
   if (p_.temperature == 0.0f) return int32_t(argmax(logits));

@@ -1,5 +1,7 @@
 // Per-request sampling: penalties, temperature, top-k, top-p, min-p, and a
-// seeded RNG. The processors run in this order (as HF transformers does):
+// seeded RNG. The processors run in this order (as HF transformers does,
+// with llama.cpp's and vLLM's logit bias first):
+//   0. logit bias (OpenAI's logit_bias: added to the listed ids' logits);
 //   1. repeat penalty over the last repeat_last_n tokens (divides positive
 //      logits, multiplies negative ones), then presence and frequency
 //      penalties over the same window (logit -= presence + count * frequency);
@@ -15,6 +17,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wick {
@@ -29,6 +32,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   uint64_t seed = 0xC0FFEE;  // the default seed makes runs reproducible
+  // (id, bias) added to the logit of id before the penalties, |bias| <= 100
+  // (-100 bans a token in practice, +100 all but forces it)
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Empty when valid, else a message naming the bad field.
   std::string validate() const;
@@ -51,6 +57,7 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
   // The processors one by one (public for tests). Each works on cand_.
+  void apply_bias(std::span<float> logits) const;
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
   static void apply_mask(std::span<float> logits, std::span<const uint64_t> allowed);
   struct Cand {

@@ -22,6 +22,18 @@ struct ReasoningSetup {
   bool open = false;   // the prompt ended inside <think>: the answer starts as reasoning
 };
 
+// Completions' echo: each choice's text starts with its prompt's, and with
+// logprobs its logprobs with the prompt tokens' (the first null), as OpenAI's
+// legacy API and vLLM answer it (lm-evaluation-harness scores with it).
+struct EchoSetup {
+  std::vector<std::string> texts;  // prompt k's text for its choices; empty: no echo
+  bool prompt_only = false;        // max_tokens 0: the engine's one token is left out
+  // the prompt_logprobs field as asked (the engine's may be raised to
+  // top_logprobs for the echoed tokens' alternatives)
+  int32_t prompt_logprobs = -1;
+  bool on() const { return !texts.empty(); }
+};
+
 // /v1/chat/completions and /v1/completions. Logprobs are asked for when
 // gen.top_logprobs >= 0 (the engine computes them).
 struct OpenAiRequest {
@@ -36,6 +48,7 @@ struct OpenAiRequest {
   bool usage_in_stream = false;  // stream_options.include_usage
   ToolSetup tools;               // chat only
   ReasoningSetup reasoning;      // chat only
+  EchoSetup echo;                // completions only
   // The prompts are ids the client laid out (completions' token ids, span
   // queries in the marker layout): with --span-markers, their markers lay
   // out their spans.

@@ -106,6 +106,40 @@ void parse_spec(const json& obj, const std::string& param_prefix, GenerateReques
   }
 }
 
+void parse_token_controls(const json& obj, const ModelView& m, GenerateRequest& r) {
+  if (auto it = obj.find("logit_bias"); it != obj.end() && !it->is_null()) {
+    if (!it->is_object())
+      bad("logit_bias", "'logit_bias' must be an object of token ids to biases", "invalid_type");
+    for (const auto& [key, value] : it->items()) {
+      // a decimal id as OpenAI's keys are: no sign, no spaces, no leading zeros
+      const bool digits = !key.empty() && key.size() <= 9 &&
+                          key.find_first_not_of("0123456789") == std::string::npos &&
+                          (key == "0" || key[0] != '0');
+      if (!digits)
+        bad("logit_bias", fmt::format("logit_bias key '{}' is not a token id", key),
+            "invalid_type");
+      const int64_t id = std::stoll(key);
+      if (id >= m.tokenizer.n_vocab())
+        bad("logit_bias", fmt::format("logit_bias token id {} is outside the vocabulary", id));
+      if (!value.is_number())
+        bad("logit_bias", fmt::format("logit_bias[\"{}\"] must be a number", key), "invalid_type");
+      const double bias = value.get<double>();
+      if (!(bias >= -100 && bias <= 100))
+        bad("logit_bias", fmt::format("logit_bias[\"{}\"] must be in [-100, 100]", key));
+      r.sampling.logit_bias.emplace_back(int32_t(id), float(bias));
+    }
+  }
+  if (auto n = field<int64_t>(obj, "min_tokens")) {
+    if (*n < 0 || *n > r.max_tokens)
+      bad("min_tokens",
+          fmt::format("min_tokens must be in [0, {}]: at most max_tokens, or the context left "
+                      "after the prompt",
+                      r.max_tokens));
+    r.min_tokens = int32_t(*n);
+  }
+  if (auto e = field<bool>(obj, "ignore_eos")) r.ignore_eos = *e;
+}
+
 ReasoningSetup reasoning_setup(const ModelView& m, const std::vector<int32_t>& prompt) {
   if (!m.reasoning) return {};
   // the prompt's last few tokens are enough to see an open <think> at its end

@@ -101,6 +101,11 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
 // wick's speculative decoding extras: "spec" ("off", "ngram", "draft") and
 // "draft_max" (0-64) of obj; param_prefix goes before their names in errors.
 void parse_spec(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// The token controls of OpenAI's and vLLM's APIs, after parse_limits:
+// "logit_bias" ({"<id>": bias in [-100, 100]}, ids in m's vocabulary),
+// "min_tokens" (0 to r.max_tokens: end-of-generation ids masked until then)
+// and "ignore_eos".
+void parse_token_controls(const json& obj, const ModelView& m, GenerateRequest& r);
 // The span cache's repair extras: span_recompute (tokens at each span's
 // start, >= 0) and span_blend (fraction of each span, in [0, 1]).
 void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r);

@@ -1,5 +1,7 @@
 #include "server/parse_openai.h"
 
+#include <algorithm>
+
 #include "server/chat_prompt.h"
 #include "server/tool_request.h"
 
@@ -77,6 +79,29 @@ int32_t parse_logprobs(const json& b, bool chat) {
   return int32_t(*n_top);
 }
 
+// The prompts' texts as the client sent them (token ids decoded, special
+// tokens kept); with logprobs, the prompt tokens' computed too.
+void set_echo(const json& b, const ModelView& m, OpenAiRequest& r) {
+  GenerateRequest& g = r.gen;
+  r.echo.prompt_logprobs = g.prompt_logprobs;
+  if (g.top_logprobs >= 0) {
+    if (r.stream)
+      bad("echo", "echo with logprobs is answered in a whole response: it needs stream false");
+    g.prompt_logprobs = std::max(g.prompt_logprobs, g.top_logprobs);
+  }
+  const json& p = b["prompt"];
+  auto text_of = [&](const json& one, const std::vector<int32_t>& ids) {
+    return one.is_string() ? one.get<std::string>() : m.tokenizer.decode(ids, false);
+  };
+  if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
+    r.echo.texts.push_back(text_of(p[0], g.prompt));
+    for (size_t k = 0; k < r.more_prompts.size(); ++k)
+      r.echo.texts.push_back(text_of(p[k + 1], r.more_prompts[k]));
+  } else {
+    r.echo.texts.push_back(text_of(p, g.prompt));
+  }
+}
+
 }  // namespace
 
 std::string openai_model_name(const json& body) {
@@ -128,9 +153,18 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
     r.token_prompts = p.is_array() && !p.empty() && !p[0].is_string();
   }
   check_fits(g.prompt.size(), m.n_ctx, chat ? "messages" : "prompt");
-  parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
+  const bool echo = !chat && field<bool>(b, "echo").value_or(false);
+  if (echo && field<int64_t>(b, "max_tokens") == 0 && !b.contains("max_completion_tokens")) {
+    r.echo.prompt_only = true;  // OpenAI's way to score a prompt: one token made, left out
+    g.max_tokens = 1;
+    g.stop = parse_stop(b, kOpenAiSampling.stop_key, kOpenAiSampling.n_stop_max);
+  } else {
+    parse_limits(b, kOpenAiSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
+  }
   parse_spec(b, "", g);
+  parse_token_controls(b, m, g);
   parse_prompt_logprobs(b, "", r.stream, g);
+  if (echo) set_echo(b, m, r);
   if (auto format = parse_grammar(b, FormatField::OpenAiResponseFormat)) {
     if (g.grammar)  // set by tool_choice
       bad(b.contains("grammar") ? "grammar" : "response_format",

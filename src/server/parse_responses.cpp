@@ -27,7 +27,10 @@ constexpr const char* kChatFields[] = {"model",
                                        "spec",
                                        "draft_max",
                                        "grammar",
-                                       "parallel_tool_calls"};
+                                       "parallel_tool_calls",
+                                       "logit_bias",
+                                       "min_tokens",
+                                       "ignore_eos"};
 
 bool is_string(const json& obj, const char* key) {
   auto it = obj.find(key);

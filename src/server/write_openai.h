@@ -42,7 +42,8 @@ std::string call_id_prefix(const OpenAiMeta& meta, size_t choice);
 // chunk when asked, then "data: [DONE]". With logprobs each chunk carries
 // those of the tokens computed since the last chunk (the last chunk the rest);
 // with tools or reasoning the text goes through an AnswerParser per choice
-// (reasoning as delta.reasoning_content).
+// (reasoning as delta.reasoning_content). Completions' echo sends each
+// choice's prompt text first (logprobs with echo need a whole response).
 class OpenAiStream : public StreamWriter {
  public:
   OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta, std::shared_ptr<const LoadedModel> model);
@@ -59,7 +60,10 @@ class OpenAiStream : public StreamWriter {
     std::vector<TokenLogprob> pending;     // logprobs not yet sent
     size_t n_logprobs_seen = 0;            // received with text events
     size_t text_offset = 0;                // completions: text before the next logprobs
+    bool echoed = false;                   // echo: the prompt's text was sent
   };
+  // echo: choice i's prompt text in a chunk of its own, once; else "".
+  std::string echo_chunk(size_t i);
   std::string chunk(size_t i, const json& delta_or_text, const json& finish,
                     const json& logprobs = nullptr) const;
   // The pending logprobs of choice i as a chunk's "logprobs" (null when off or none).
@@ -69,10 +73,14 @@ class OpenAiStream : public StreamWriter {
 
   bool chat_, usage_in_stream_, logprobs_;
   ToolSetup tools_;
+  EchoSetup echo_;
+  int32_t n_choices_;  // per prompt
   OpenAiMeta meta_;
   std::shared_ptr<const LoadedModel> model_;  // its tokenizer names the logprobs' tokens
   std::vector<Choice> choices_;
-  int64_t n_prompt_ = 0, n_gen_ = 0, n_cached_ = 0;
+  // per prompt (its choices share it): its tokens, the most any choice took from the cache
+  std::vector<int64_t> prompt_tokens_, cached_;
+  int64_t n_gen_ = 0;
   SpecTotals spec_;
 };
 
