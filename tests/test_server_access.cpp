@@ -54,6 +54,31 @@ TEST(ServerAccess, AnotherAddressChecksOnlyWithAList) {
   EXPECT_FALSE(f.allows("evil.example.com"));
 }
 
+TEST(ServerAccess, OriginsOfLoopbackPagesOnlyByDefault) {
+  const OriginFilter f({});
+  EXPECT_TRUE(f.allows(""));  // no browser page
+  for (const char* o : {"http://localhost", "http://localhost:3000", "https://127.0.0.1:8443",
+                        "http://127.1.2.3", "http://[::1]:5173", "HTTP://LocalHost:80"})
+    EXPECT_TRUE(f.allows(o)) << o;
+  for (const char* o :
+       {"https://evil.example.com", "http://localhost.evil.com", "http://evil.com@localhost",
+        "http://localhost/path", "null", "file://", "chrome-extension://abcdef", "localhost",
+        "ftp://localhost", "http://", "http://10.0.0.1:8080", "http://127.0.0.1.nip.io"})
+    EXPECT_FALSE(f.allows(o)) << o;
+}
+
+TEST(ServerAccess, AllowedOriginsAddPages) {
+  const OriginFilter f({"https://UI.example:3000/", "chrome-extension://abcdef"});
+  EXPECT_TRUE(f.allows("https://ui.example:3000"));
+  EXPECT_TRUE(f.allows("chrome-extension://abcdef"));
+  EXPECT_TRUE(f.allows("http://localhost:8000"));
+  EXPECT_FALSE(f.allows("https://ui.example:3001"));
+  EXPECT_FALSE(f.allows("http://ui.example:3000"));
+  EXPECT_FALSE(f.any());
+  EXPECT_TRUE(OriginFilter({"*"}).allows("https://anything.example"));
+  EXPECT_TRUE(OriginFilter({"*"}).any());
+}
+
 TEST(ServerAccess, ConstantTimeEqual) {
   EXPECT_TRUE(constant_time_equal("Bearer sekret", "Bearer sekret"));
   EXPECT_FALSE(constant_time_equal("Bearer sekret", "Bearer sekreT"));

@@ -386,6 +386,13 @@ void register_serve(CLI::App& app) {
                   "separated; * = any). On a loopback --host other names get 403 (against DNS "
                   "rebinding); on another address, a list turns the same check on")
       ->delimiter(',');
+  cmd->add_option("--allowed-origins", cfg.allowed_origins,
+                  "browser page origins answered besides http(s)://localhost, 127.x.x.x and "
+                  "[::1] on any port, e.g. https://ui.example:3000 (comma-separated; * = any; "
+                  "env WICK_ALLOWED_ORIGINS). Other pages' requests get 403; allowed ones get "
+                  "CORS headers")
+      ->delimiter(',')
+      ->envname("WICK_ALLOWED_ORIGINS");
   cmd->add_option("--kv-memory", kv_mib,
                   "KV cache memory per model in MiB (default: 512 on the CPU, on a GPU 90% of "
                   "what --gpu-memory-fraction leaves after the weights)")

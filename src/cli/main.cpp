@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
       "  WICK_MAX_MODEL_BYTES     byte budget of loaded models; 0 = no limit (default: 0)\n"
       "  WICK_PREFIX_CACHE        0 turns the prefix cache off (default: 1)\n"
       "  WICK_API_KEY             wick serve: require Authorization: Bearer KEY\n"
+      "  WICK_ALLOWED_ORIGINS     wick serve: browser origins answered besides loopback ones\n"
+      "                           (comma-separated; * = any; --allowed-origins wins)\n"
       "  WICK_DEVICE              cpu, cuda or auto: where models run (--device wins; default "
       "auto)\n"
       "  WICK_CUDA_GRAPHS         0 turns CUDA graphs off (for profilers; default 1)\n"

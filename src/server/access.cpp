@@ -62,6 +62,41 @@ bool HostFilter::allows(std::string_view host_header) const {
          std::find(allowed_.begin(), allowed_.end(), host) != allowed_.end();
 }
 
+namespace {
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](char c) { return char(std::tolower(uint8_t(c))); });
+  return out;
+}
+
+}  // namespace
+
+OriginFilter::OriginFilter(const std::vector<std::string>& allowed) {
+  for (const auto& a : allowed) {
+    std::string o = lowercase(a);
+    while (!o.empty() && o.back() == '/') o.pop_back();
+    if (o == "*") any_ = true;
+    if (!o.empty()) allowed_.push_back(std::move(o));
+  }
+}
+
+bool OriginFilter::allows(std::string_view origin) const {
+  if (origin.empty() || any_) return true;
+  const std::string o = lowercase(origin);
+  if (std::find(allowed_.begin(), allowed_.end(), o) != allowed_.end()) return true;
+  // loopback pages: http(s)://host[:port], nothing after the authority
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (o.rfind(scheme, 0) != 0) continue;
+    const std::string_view authority = std::string_view(o).substr(scheme.size());
+    if (authority.empty() || authority.find_first_of("/?#@") != std::string_view::npos)
+      return false;
+    return is_loopback_host(host_of(authority));
+  }
+  return false;  // "null" (files, sandboxed frames), extensions: only when listed
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) {
   // No early exit: every byte of b is compared (with a repeated to b's length).
   uint8_t diff = a.size() != b.size();

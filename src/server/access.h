@@ -1,6 +1,7 @@
 // Who may talk to the server: the Host check against DNS rebinding (a web
-// page whose name resolves to 127.0.0.1 must not reach a loopback server)
-// and the API key, compared in constant time.
+// page whose name resolves to 127.0.0.1 must not reach a loopback server),
+// the Origin check of browsers' cross-origin requests, and the API key,
+// compared in constant time.
 #pragma once
 
 #include <string>
@@ -28,6 +29,25 @@ class HostFilter {
  private:
   bool check_ = false;
   std::vector<std::string> allowed_;  // as host_of leaves them
+};
+
+// Browsers' cross-origin requests (CORS). A page's Origin is checked
+// before anything else runs: a form or a text/plain POST needs no preflight,
+// so without this check any web page could make a loopback server generate,
+// copy or unload models. Requests without an Origin (every client outside a
+// browser) pass.
+class OriginFilter {
+ public:
+  // allowed: origins answered besides loopback ones (http or https on
+  // localhost, 127.x.x.x or [::1], any port): "scheme://host[:port]" as
+  // browsers send them; "*" allows any.
+  explicit OriginFilter(const std::vector<std::string>& allowed);
+  bool allows(std::string_view origin) const;  // an empty origin: no browser page, allowed
+  bool any() const { return any_; }
+
+ private:
+  bool any_ = false;
+  std::vector<std::string> allowed_;  // lowercased, no trailing slash
 };
 
 // a == b in a time that depends on b's length only (b: what the client sent).

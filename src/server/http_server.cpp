@@ -57,8 +57,11 @@ void send_json(httplib::Response& res, int status, const json& j) {
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-// Host check (403), then the API key (401); /health needs no key.
+// Host check (403), the Origin check (403; an allowed page's request gets
+// the CORS headers, its preflight is answered here, before the key), then
+// the API key (401); /health needs no key.
 httplib::Server::HandlerResponse check_access(const ServerConfig& cfg, const HostFilter& hosts,
+                                              const OriginFilter& origins,
                                               const httplib::Request& req, httplib::Response& res) {
   const std::string host = req.get_header_value("Host");
   if (!hosts.allows(host)) {
@@ -69,6 +72,30 @@ httplib::Server::HandlerResponse check_access(const ServerConfig& cfg, const Hos
                                                 host),
                                     "permission_error", "", "host_not_allowed"}));
     return httplib::Server::HandlerResponse::Handled;
+  }
+  const std::string origin = req.get_header_value("Origin");
+  if (!origins.allows(origin)) {
+    send_json(res, 403,
+              openai_error(ApiError{403,
+                                    fmt::format("Origin '{}' is not allowed: this server answers "
+                                                "pages of loopback origins only (see "
+                                                "--allowed-origins)",
+                                                origin),
+                                    "permission_error", "", "origin_not_allowed"}));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (!origin.empty()) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+    if (req.method == "OPTIONS") {  // a preflight: carries no key
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers",
+                     asked.empty() ? "Authorization, Content-Type" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
+      res.status = 204;
+      return httplib::Server::HandlerResponse::Handled;
+    }
   }
   if (cfg.api_key.empty() || req.path == "/health")
     return httplib::Server::HandlerResponse::Unhandled;
@@ -404,13 +431,15 @@ int serve(const ServerConfig& cfg) {
   def.reset();  // the pool holds it: its keep-alive decides when it goes
   GuardedServer svr(cfg.max_header_bytes);
   const HostFilter hosts(cfg.host, cfg.allowed_hosts);
+  const OriginFilter origins(cfg.allowed_origins);
   svr.new_task_queue = [n = cfg.n_http_threads] { return new httplib::ThreadPool(size_t(n)); };
   svr.set_payload_max_length(cfg.max_body_bytes);
   svr.set_read_timeout(30, 0);
   svr.set_write_timeout(30, 0);
-  svr.set_pre_routing_handler([&cfg, &hosts](const httplib::Request& req, httplib::Response& res) {
-    return check_access(cfg, hosts, req, res);
-  });
+  svr.set_pre_routing_handler(
+      [&cfg, &hosts, &origins](const httplib::Request& req, httplib::Response& res) {
+        return check_access(cfg, hosts, origins, req, res);
+      });
   svr.set_exception_handler(
       [&api](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string msg = "internal error";

@@ -21,6 +21,9 @@ struct ServerConfig {
   // Host header values answered besides loopback names ("*": any); on a
   // loopback host only those are answered (against DNS rebinding).
   std::vector<std::string> allowed_hosts;
+  // Browser pages' origins answered besides loopback ones ("*": any); a
+  // request from another page's origin gets 403 (OriginFilter).
+  std::vector<std::string> allowed_origins;
   std::string default_model = "smollm2";  // the operator's: a path or a stored name
   size_t max_body_bytes = 8u << 20;
   size_t max_header_bytes = 64u << 10;  // request line and headers

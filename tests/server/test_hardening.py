@@ -101,6 +101,58 @@ def test_allowed_hosts_adds_names():
         s.stop()
 
 
+def test_a_foreign_origin_is_refused(server):
+    """A page of another origin cannot make the server work, even with a body that needs
+    no preflight (text/plain); loopback pages get CORS headers and their preflight is
+    answered; clients outside a browser send no Origin and pass."""
+    body = json.dumps({"prompt": "x", "max_tokens": 1})
+    for origin in ("https://evil.example.com", "http://localhost.evil.com", "null"):
+        r = requests.post(server.url + "/v1/completions", data=body, timeout=30,
+                          headers={"Origin": origin, "Content-Type": "text/plain"})
+        assert r.status_code == 403, (origin, r.text)
+        assert r.json()["error"]["code"] == "origin_not_allowed"
+        assert "Access-Control-Allow-Origin" not in r.headers
+        pre = requests.options(server.url + "/v1/completions", timeout=5,
+                               headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
+        assert pre.status_code == 403 and "Access-Control-Allow-Origin" not in pre.headers
+    page = "http://localhost:5173"
+    r = requests.post(server.url + "/v1/completions", data=body, timeout=30, headers={"Origin": page})
+    assert r.status_code == 200, r.text
+    assert r.headers["Access-Control-Allow-Origin"] == page and "Origin" in r.headers["Vary"]
+    pre = requests.options(server.url + "/v1/chat/completions", timeout=5,
+                           headers={"Origin": page, "Access-Control-Request-Method": "POST",
+                                    "Access-Control-Request-Headers": "authorization, content-type"})
+    assert pre.status_code == 204
+    assert pre.headers["Access-Control-Allow-Origin"] == page
+    assert "POST" in pre.headers["Access-Control-Allow-Methods"]
+    assert pre.headers["Access-Control-Allow-Headers"] == "authorization, content-type"
+    assert requests.post(server.url + "/v1/completions", data=body, timeout=30).status_code == 200
+
+
+def test_allowed_origins_add_pages_and_preflights_need_no_key():
+    s = Server("--allowed-origins", "https://ui.example:3000", "--api-key", "sekret")
+    try:
+        ui = {"Origin": "https://ui.example:3000"}
+        pre = requests.options(s.url + "/v1/models", timeout=5,
+                               headers={**ui, "Access-Control-Request-Method": "GET"})
+        assert pre.status_code == 204 and pre.headers["Access-Control-Allow-Origin"] == ui["Origin"]
+        assert "Authorization" in pre.headers["Access-Control-Allow-Headers"]
+        assert requests.get(s.url + "/v1/models", headers=ui, timeout=5).status_code == 401
+        r = requests.get(s.url + "/v1/models", headers={**ui, "Authorization": "Bearer sekret"}, timeout=5)
+        assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == ui["Origin"]
+        assert requests.get(s.url + "/v1/models", timeout=5,
+                            headers={"Origin": "https://ui.example:3001",
+                                     "Authorization": "Bearer sekret"}).status_code == 403
+    finally:
+        s.stop()
+    s = Server(env={"WICK_ALLOWED_ORIGINS": "*"})
+    try:
+        r = requests.get(s.url + "/health", headers={"Origin": "https://anything.example"}, timeout=5)
+        assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "https://anything.example"
+    finally:
+        s.stop()
+
+
 def test_invalid_utf8_is_a_400_naming_the_byte_offset(server):
     for path, body, bad in [
             ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi\xff there"}]}', b"\xff"),
