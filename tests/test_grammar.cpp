@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
 
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -291,6 +293,62 @@ TEST(JsonSchema, RefsPatternsFormats) {
       schema_match(ojson::parse(R"({"type":"string","minLength":2,"maxLength":3})"), R"("abc")"));
   EXPECT_FALSE(
       schema_match(ojson::parse(R"({"type":"string","minLength":2,"maxLength":3})"), R"("a")"));
+}
+
+// vLLM's guided_regex: the plain-text strings a regex matches as a whole,
+// against std::regex (ECMAScript) on strings of an alphabet that holds the
+// patterns' characters and the ones a JSON string would escape.
+TEST(GuidedRegex, MatchesWhatStdRegexMatches) {
+  const char* patterns[] = {"[A-Z]{2}-\\d{3}(x|yz)?",
+                            "a\"b\\\\c",
+                            "(ab|a)*b",
+                            "\\(\\d{3}\\) \\d{2}-\\d",
+                            ".{2,4}",
+                            "[^a-c]+",
+                            "\\w+\\s\\w*",
+                            "^(yes|no)!?$",
+                            "a{0,2}b{2}",
+                            "x.y",
+                            "[\"\\\\]z",
+                            "(?:0|1)+\\n?"};
+  const std::string alphabet = "abcxyz019AZ -()!\"\\\n\t";
+  std::mt19937 rng(5);
+  for (const char* p : patterns) {
+    SCOPED_TRACE(p);
+    const auto g = compile_gbnf(regex_to_gbnf(p));
+    const std::regex re(p);
+    int n_matched = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::string s(rng() % 9, ' ');
+      for (char& c : s) c = alphabet[rng() % alphabet.size()];
+      Matcher m(g);
+      const bool got = m.advance(s) && m.can_end();
+      ASSERT_EQ(got, std::regex_match(s, re)) << "'" << s << "'";
+      n_matched += got;
+    }
+    for (const char* yes : {"AB-123yz", "a\"b\\c", "aabab", "(123) 45-6", "yes!", "bb", "x\"y",
+                            "\"z", "0110\n", "ab c", "xyz"})
+      if (std::regex_match(yes, re)) {
+        Matcher m(g);
+        EXPECT_TRUE(m.advance(yes) && m.can_end()) << yes;
+        ++n_matched;
+      }
+    EXPECT_GT(n_matched, 0);  // the check saw matches, not only misses
+  }
+  EXPECT_THROW(regex_to_gbnf("(?=a)b"), GrammarError);
+  EXPECT_THROW(regex_to_gbnf("a{2"), GrammarError);
+  EXPECT_THROW(regex_to_gbnf("*a"), GrammarError);
+}
+
+TEST(GuidedRegex, ChoicesAreExactlyTheirStrings) {
+  const std::vector<std::string> choices = {"yes", "no", "a \"quoted\" \\ one", "\u591a", "no way"};
+  const auto g = choice_to_gbnf(choices);
+  for (const auto& c : choices) EXPECT_TRUE(full_match(g, c)) << c;
+  for (const char* other : {"", "ye", "yesno", "No", "no wa", "a \"quoted\" one"})
+    EXPECT_FALSE(full_match(g, other)) << other;
+  EXPECT_TRUE(prefix_ok(g, "no w"));
+  EXPECT_THROW(choice_to_gbnf({}), GrammarError);
+  EXPECT_THROW(choice_to_gbnf({"a", ""}), GrammarError);
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {

@@ -239,6 +239,16 @@ TEST_F(ServerParse, OpenAiErrorsNameTheField) {
       {false, R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens",
        "min_tokens must be in [0, 4]"},
       {false, R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos", "must be a boolean"},
+      {false, R"({"prompt": "x", "guided_choice": "yes"})", "guided_choice", "array of 1 to 4096"},
+      {false, R"({"prompt": "x", "guided_choice": ["a", ""]})", "guided_choice",
+       "choice 1 is empty"},
+      {false, R"({"prompt": "x", "guided_regex": "a{2"})", "guided_regex", "regex \"a{2\""},
+      {false, R"({"prompt": "x", "guided_json": {"minimum": 1}})", "guided_json", "minimum"},
+      {false, R"({"prompt": "x", "guided_grammar": "root ::= nope"})", "guided_grammar", "nope"},
+      {false, R"({"prompt": "x", "grammar": "root ::= \"a\"", "guided_regex": "a"})",
+       "guided_regex", "use either 'guided_regex' or 'grammar'"},
+      {false, R"({"prompt": "x", "structured_outputs": {"json_object": true, "regex": "a"}})",
+       "structured_outputs.json_object", "not both"},
   };
   for (const BadBody& c : cases) {
     SCOPED_TRACE(c.body);

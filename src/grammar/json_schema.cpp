@@ -58,11 +58,21 @@ Ranges intersect(const Ranges& a, const Ranges& b) {
   return normalize_ranges(out);
 }
 
+// Characters of plain text (regex_to_gbnf): every code point but NUL and surrogates.
+const Ranges& text_chars() {
+  static const Ranges r = normalize_ranges({{1, 0xD7FF}, {0xE000, 0x10FFFF}});
+  return r;
+}
+
 // A regex (the subset json_schema.h lists) -> a GBNF expression matching the
-// JSON-encoded form of the strings it matches as a whole.
+// strings it matches as a whole: in their JSON-encoded form (a schema's
+// pattern, inside a JSON string), or as plain text.
 class PatternCompiler {
  public:
-  PatternCompiler(std::string_view re, std::string where) : re_(re), where_(std::move(where)) {}
+  enum class Form { Json, Text };
+  // context names the regex in errors ("JSON schema at /x: pattern")
+  PatternCompiler(std::string_view re, std::string context, Form form = Form::Json)
+      : re_(re), context_(std::move(context)), form_(form) {}
 
   std::string compile() {
     if (peek() == '^') ++pos_;
@@ -74,8 +84,8 @@ class PatternCompiler {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const {
-    throw GrammarError(fmt::format("JSON schema at {}: pattern \"{}\" (offset {}): {}", where_,
-                                   std::string(re_), pos_, msg));
+    throw GrammarError(
+        fmt::format("{} \"{}\" (offset {}): {}", context_, std::string(re_), pos_, msg));
   }
   char peek() const { return pos_ < re_.size() ? re_[pos_] : '\0'; }
   bool at_end() const { return pos_ >= re_.size(); }
@@ -140,9 +150,9 @@ class PatternCompiler {
       return e;
     }
     if (c == '[') return char_class(class_ranges());
-    if (c == '.') {
+    if (c == '.') {  // any character but a newline
       ++pos_;
-      return char_class(json_plain_chars());
+      return char_class(intersect(chars(), complement_ranges({{'\n', '\n'}})));
     }
     if (c == '\\') {
       ++pos_;
@@ -256,29 +266,37 @@ class PatternCompiler {
     ++pos_;
     r = normalize_ranges(r);
     if (negated) r = complement_ranges(r);
-    r = intersect(r, json_plain_chars());  // what needs an escape is left out (a subset)
-    if (r.empty()) fail("the class matches no character that a JSON string holds unescaped");
+    r = intersect(r, chars());  // in JSON, what needs an escape is left out (a subset)
+    if (r.empty()) fail(no_char_error());
     return r;
   }
 
   std::string ranges_expr(const Ranges& r) {
-    const Ranges safe = intersect(r, json_plain_chars());
-    if (safe.empty()) fail("the class matches no character that a JSON string holds unescaped");
+    const Ranges safe = intersect(r, chars());
+    if (safe.empty()) fail(no_char_error());
     return char_class(safe);
   }
 
-  // One character as the JSON string writes it.
+  const Ranges& chars() const { return form_ == Form::Json ? json_plain_chars() : text_chars(); }
+  std::string no_char_error() const {
+    return form_ == Form::Json ? "the class matches no character that a JSON string holds unescaped"
+                               : "the class matches no character";
+  }
+
+  // One character as the output writes it (a JSON string escapes some).
   std::string char_expr(uint32_t cp) {
-    if (cp == '"') return gbnf_literal("\\\"");
-    if (cp == '\\') return gbnf_literal("\\\\");
-    if (cp < 0x20) return gbnf_literal(fmt::format("\\u{:04x}", cp));
+    if (form_ == Form::Text && cp == 0) fail("NUL is not matched");
+    if (form_ == Form::Json && cp == '"') return gbnf_literal("\\\"");
+    if (form_ == Form::Json && cp == '\\') return gbnf_literal("\\\\");
+    if (form_ == Form::Json && cp < 0x20) return gbnf_literal(fmt::format("\\u{:04x}", cp));
     std::vector<uint8_t> b;
     append_utf8(cp, b);
     return gbnf_literal(std::string(b.begin(), b.end()));
   }
 
   std::string_view re_;
-  std::string where_;
+  std::string context_;
+  Form form_;
   size_t pos_ = 0;
   int depth_ = 0;  // open groups
 };
@@ -649,7 +667,9 @@ class SchemaCompiler {
       if (sized)
         unsupported_.push_back(
             fmt::format("minLength/maxLength with pattern (at {})", where.empty() ? "/" : where));
-      content = PatternCompiler(p->get<std::string>(), where + "/pattern").compile();
+      content = PatternCompiler(p->get<std::string>(),
+                                fmt::format("JSON schema at {}: pattern", where + "/pattern"))
+                    .compile();
     } else if (auto f = s.find("format"); f != s.end()) {
       if (!f->is_string()) fail(where + "/format", "format must be a string");
       if (sized)
@@ -707,6 +727,21 @@ std::string json_schema_to_gbnf(const json& schema, const SchemaOptions& opt) {
 
 std::string json_object_gbnf(const SchemaOptions& opt) {
   return SchemaCompiler(json::object(), opt).any_object();
+}
+
+std::string regex_to_gbnf(std::string_view regex) {
+  return "root ::= " + PatternCompiler(regex, "regex", PatternCompiler::Form::Text).compile() +
+         "\n";
+}
+
+std::string choice_to_gbnf(const std::vector<std::string>& choices) {
+  if (choices.empty()) throw GrammarError("no choices");
+  std::string out = "root ::= ";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (choices[i].empty()) throw GrammarError(fmt::format("choice {} is empty", i));
+    out += (i ? " | " : "") + gbnf_literal(choices[i]);
+  }
+  return out + "\n";
 }
 
 }  // namespace wick::grammar

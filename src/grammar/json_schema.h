@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "grammar/grammar.h"
 
@@ -40,5 +42,12 @@ std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema,
                                 const SchemaOptions& opt = {});
 // Any JSON object (OpenAI's json_object, Ollama's "json").
 std::string json_object_gbnf(const SchemaOptions& opt = {});
+
+// vLLM's guided_regex: GBNF whose language is the plain-text strings the
+// regex (the pattern subset above; . is any character but a newline)
+// matches as a whole.
+std::string regex_to_gbnf(std::string_view regex);
+// vLLM's guided_choice: exactly one of the (non-empty) strings.
+std::string choice_to_gbnf(const std::vector<std::string>& choices);
 
 }  // namespace wick::grammar

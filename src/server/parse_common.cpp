@@ -220,23 +220,97 @@ std::string ollama_format_gbnf(const json& f) {
 
 }  // namespace
 
+namespace {
+
+// One output format a body asks for: the field naming it and its GBNF text.
+struct FormatAsk {
+  std::string param;
+  std::string gbnf;
+};
+
+// vLLM's structured outputs, under its older names (guided_json,
+// guided_regex, guided_choice, guided_grammar) or in its structured_outputs
+// object ({json | regex | choice | grammar}).
+void vllm_formats(const json& obj, std::vector<FormatAsk>& out) {
+  auto add = [&](const std::string& param, const std::string& kind, const json& v) {
+    if (v.is_null()) return;
+    try {
+      if (kind == "json") {
+        // a schema object, or its JSON text
+        json schema = v;
+        if (v.is_string()) {
+          schema = json::parse(v.get<std::string>(), nullptr, false);
+          if (schema.is_discarded())
+            bad(param, "'" + param + "' is not valid JSON", "invalid_type");
+        }
+        if (!schema.is_object() && !schema.is_boolean())
+          bad(param, "'" + param + "' must be a JSON schema", "invalid_type");
+        out.push_back({param, grammar::json_schema_to_gbnf(schema)});
+      } else if (kind == "regex") {
+        if (!v.is_string()) bad(param, "'" + param + "' must be a string", "invalid_type");
+        out.push_back({param, grammar::regex_to_gbnf(v.get<std::string>())});
+      } else if (kind == "choice") {
+        if (!v.is_array() || v.empty() || v.size() > kMaxChoicesOfFormat)
+          bad(param,
+              fmt::format("'{}' must be an array of 1 to {} strings", param, kMaxChoicesOfFormat),
+              "invalid_type");
+        std::vector<std::string> choices;
+        for (const json& c : v) {
+          if (!c.is_string())
+            bad(param,
+                fmt::format("'{}' must be an array of 1 to {} strings", param, kMaxChoicesOfFormat),
+                "invalid_type");
+          choices.push_back(c.get<std::string>());
+        }
+        out.push_back({param, grammar::choice_to_gbnf(choices)});
+      } else {  // grammar: GBNF
+        if (!v.is_string() || v.get<std::string>().empty())
+          bad(param, "'" + param + "' must be a non-empty string of GBNF", "invalid_type");
+        out.push_back({param, v.get<std::string>()});
+      }
+    } catch (const grammar::GrammarError& e) {
+      bad(param, e.what(), kind == "json" ? "unsupported_schema" : "invalid_grammar");
+    }
+  };
+  static const char* const kKinds[] = {"json", "regex", "choice", "grammar"};
+  for (const char* kind : kKinds)
+    if (auto it = obj.find(std::string("guided_") + kind); it != obj.end())
+      add(std::string("guided_") + kind, kind, *it);
+  auto so = obj.find("structured_outputs");
+  if (so == obj.end() || so->is_null()) return;
+  if (!so->is_object())
+    bad("structured_outputs", "'structured_outputs' must be an object", "invalid_type");
+  for (const char* kind : kKinds)
+    if (auto it = so->find(kind); it != so->end())
+      add(std::string("structured_outputs.") + kind, kind, *it);
+  if (field<bool>(*so, "json_object").value_or(false))
+    out.push_back({"structured_outputs.json_object", grammar::json_object_gbnf()});
+}
+
+}  // namespace
+
 std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which) {
   const char* key = which == FormatField::OllamaFormat ? "format" : "response_format";
-  std::string gbnf;
-  if (auto it = obj.find(key); it != obj.end() && !it->is_null())
-    gbnf = which == FormatField::OllamaFormat ? ollama_format_gbnf(*it) : response_format_gbnf(*it);
-  const bool from_field = !gbnf.empty();
-  if (auto text = field<std::string>(obj, "grammar")) {
-    if (from_field) bad("grammar", fmt::format("use either 'grammar' or '{}', not both", key));
-    if (text->empty()) bad("grammar", "'grammar' is empty");
-    gbnf = *text;
+  std::vector<FormatAsk> asks;
+  if (auto it = obj.find(key); it != obj.end() && !it->is_null()) {
+    std::string gbnf =
+        which == FormatField::OllamaFormat ? ollama_format_gbnf(*it) : response_format_gbnf(*it);
+    if (!gbnf.empty()) asks.push_back({key, std::move(gbnf)});
   }
-  if (gbnf.empty()) return nullptr;
+  if (auto text = field<std::string>(obj, "grammar")) {
+    if (text->empty()) bad("grammar", "'grammar' is empty");
+    asks.push_back({"grammar", *text});
+  }
+  if (which == FormatField::OpenAiResponseFormat) vllm_formats(obj, asks);
+  if (asks.size() > 1)
+    bad(asks[1].param,
+        fmt::format("use either '{}' or '{}', not both", asks[1].param, asks[0].param));
+  if (asks.empty()) return nullptr;
   try {
-    return grammar::compile_gbnf(gbnf);
+    return grammar::compile_gbnf(asks[0].gbnf);
   } catch (const grammar::GrammarError& e) {
     // a schema's grammar failing is wick's bug, but the client still learns which field
-    bad(from_field ? key : "grammar", e.what(), "invalid_grammar");
+    bad(asks[0].param, e.what(), "invalid_grammar");
   }
 }
 

@@ -27,11 +27,12 @@ using json = nlohmann::ordered_json;
 
 // What one request may hold, checked before the work it asks for (README,
 // "Limits"); the body's size is the server's --max-body.
-inline constexpr size_t kMaxJsonDepth = 64;   // nested arrays and objects
-inline constexpr size_t kMaxMessages = 4096;  // chat messages
-inline constexpr size_t kMaxTools = 128;      // tool definitions
-inline constexpr size_t kMaxStopBytes = 512;  // each stop string
-inline constexpr int64_t kMaxChoices = 8;     // OpenAI's n
+inline constexpr size_t kMaxJsonDepth = 64;          // nested arrays and objects
+inline constexpr size_t kMaxMessages = 4096;         // chat messages
+inline constexpr size_t kMaxTools = 128;             // tool definitions
+inline constexpr size_t kMaxStopBytes = 512;         // each stop string
+inline constexpr int64_t kMaxChoices = 8;            // OpenAI's n
+inline constexpr size_t kMaxChoicesOfFormat = 4096;  // vLLM's guided_choice strings
 inline constexpr int64_t kMaxTokensAsked =
     1 << 24;  // max_tokens, num_predict (then clamped to the context)
 
@@ -115,9 +116,12 @@ void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, boo
                            GenerateRequest& r);
 // Constrained decoding: the "grammar" extra (GBNF text) and the API's own
 // field: OpenAI's "response_format" ({"type": "text" | "json_object" |
-// "json_schema", "json_schema": {"name", "schema", "strict"}}) or Ollama's
-// "format" ("json" or a schema object). Null when none asks for one; a bad
-// grammar or schema (unsupported keywords named) is a 400 naming the field.
+// "json_schema", "json_schema": {"name", "schema", "strict"}}) with vLLM's
+// guided_json / guided_regex / guided_choice / guided_grammar and
+// structured_outputs {json | regex | choice | grammar | json_object}, or
+// Ollama's "format" ("json" or a schema object). Null when none asks for
+// one; two are a 400; a bad grammar, regex or schema (unsupported keywords
+// named) is a 400 naming the field.
 enum class FormatField { OpenAiResponseFormat, OllamaFormat };
 std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which);
 // How an answer to a prompt rendered through m's chat template is read for reasoning.

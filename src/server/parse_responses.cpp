@@ -30,7 +30,12 @@ constexpr const char* kChatFields[] = {"model",
                                        "parallel_tool_calls",
                                        "logit_bias",
                                        "min_tokens",
-                                       "ignore_eos"};
+                                       "ignore_eos",
+                                       "guided_json",
+                                       "guided_regex",
+                                       "guided_choice",
+                                       "guided_grammar",
+                                       "structured_outputs"};
 
 bool is_string(const json& obj, const char* key) {
   auto it = obj.find(key);

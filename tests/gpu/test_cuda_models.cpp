@@ -3,6 +3,8 @@
 // equal to sequential sessions, the default model's greedy answer equal to
 // the CPU's, and a tensor-by-tensor comparison with the CPU through the
 // trace hook (printed, to point at the first kernel that drifts).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "backend/cuda/kernels.h"
@@ -90,6 +92,50 @@ TEST_P(TinyOnGpu, EngineBatchedEqualsSequential) {
   for (size_t i = 0; i < reqs.size(); ++i)
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
   EXPECT_EQ(e.blocks().n_used(), 0);
+}
+
+// Token controls where the backend samples: biased and held-back requests
+// take their rows to the host, the plain ones beside them stay on the
+// device, and each equals its run alone; a ban gives the best of the rest
+// of the GPU's own first logits.
+TEST_P(TinyOnGpu, TokenControlsSampleOnTheHostBesideDeviceRows) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
+  ASSERT_FALSE(m->eog_ids.empty());
+  std::mt19937 rng(3);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    GenerateRequest r = greedy_request(random_tokens(rng, 4 + 5 * i, 512), 10);
+    if (i % 4 == 1) r.sampling.logit_bias = {{7 * i, 4.f}, {7 * i + 1, -100.f}};
+    if (i % 4 == 2) {
+      r.ignore_eos = false;
+      r.min_tokens = 4;
+      r.sampling.logit_bias = {{m->eog_ids.front(), 100.f}};
+    }
+    if (i % 4 == 3) {
+      r.sampling = SamplingParams{};
+      r.sampling.seed = uint64_t(i);
+      r.sampling.logit_bias = {{i, 2.f}};
+    }
+    reqs.push_back(r);
+  }
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 32;
+  cfg.n_blocks = 256;
+  const auto alone = run_one_by_one(m, cfg, reqs);
+  Engine e(m, cfg);
+  const auto together = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(together[i].tokens, alone[i].tokens) << i;
+  EXPECT_EQ(alone[2].tokens.size(), 5u);  // four held back, then the forced end
+  GenerateRequest plain = reqs[0];
+  plain.keep_first_logits = true;
+  const GenerateResult p = run_one_by_one(m, cfg, {plain})[0];
+  std::vector<float> rest = p.first_logits;
+  rest[size_t(p.tokens[0])] = -INFINITY;
+  plain.sampling.logit_bias = {{p.tokens[0], -100.f}};
+  const GenerateResult banned = run_one_by_one(m, cfg, {plain})[0];
+  EXPECT_EQ(banned.tokens[0], int32_t(std::max_element(rest.begin(), rest.end()) - rest.begin()));
 }
 
 // A prompt's logits from one prefill (the tiled matmul, forced for these
@@ -286,8 +332,8 @@ TEST(YarnOnGpu, MatchesTheCpu) {
         std::printf("[ report ] yarn %-7s chunk %lld %-8s relative error %.2e\n",
                     f32 ? "gpu-f32" : "bf16", (long long)chunk, pre_rope ? "pre-rope" : "rotated",
                     e);
-        EXPECT_LT(e, f32 ? 1e-4 : 3e-2) << (f32 ? "gpu-f32" : "bf16") << " chunk " << chunk
-                                         << (pre_rope ? " pre-rope" : "");
+        EXPECT_LT(e, f32 ? 1e-4 : 3e-2)
+            << (f32 ? "gpu-f32" : "bf16") << " chunk " << chunk << (pre_rope ? " pre-rope" : "");
       }
   }
 }

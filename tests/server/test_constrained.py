@@ -212,6 +212,46 @@ def test_gbnf_grammar_extra(server, path):
     assert reason == "stop"
 
 
+def test_vllm_structured_outputs(server, model_name, validator):
+    """vLLM's guided_choice, guided_regex, guided_json and structured_outputs through the
+    openai package (extra_body, as vLLM's clients send them), streamed and whole, and the
+    Responses API's pass-through; each answer is one its constraint allows."""
+    import re
+    client = oa(server)
+    msgs = [{"role": "user", "content": "Is the sky blue? Answer in one word."}]
+    choices = ["yes", "no", "it depends"]
+    for seed in range(4):
+        r = client.chat.completions.create(model=model_name, messages=msgs, temperature=1.0, seed=seed, max_tokens=16,
+                                           extra_body={"guided_choice": choices})
+        assert r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop"
+    phone = r"\(\d{3}\) \d{3}-\d{4}"
+    for seed in range(3):
+        r = client.completions.create(model=model_name, prompt="Call me at", temperature=0.8, seed=seed, max_tokens=24,
+                                      extra_body={"guided_regex": phone})
+        assert re.fullmatch(phone, r.choices[0].text), r.choices[0].text
+    parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model=model_name, messages=msgs, temperature=0, max_tokens=16, stream=True,
+        extra_body={"structured_outputs": {"choice": choices}}) if c.choices]
+    assert "".join(parts) in choices
+    name, schema = SCHEMAS[6]
+    for body in ({"guided_json": schema}, {"guided_json": json.dumps(schema)}, {"structured_outputs": {"json": schema}}):
+        r = client.chat.completions.create(model=model_name, messages=ask(name, schema), temperature=0,
+                                           max_tokens=300, extra_body=body)
+        assert r.choices[0].finish_reason == "stop"
+        validator(schema, r.choices[0].message.content)
+    resp = client.responses.create(model=model_name, input="Is the sky blue?", max_output_tokens=16,
+                                   extra_body={"guided_choice": choices})
+    assert resp.output_text in choices
+    for body, param in (({"guided_choice": []}, "guided_choice"), ({"guided_regex": "(?=x)"}, "guided_regex"),
+                        ({"guided_json": "{nope"}, "guided_json"),
+                        ({"guided_choice": ["a"], "response_format": {"type": "json_object"}}, "guided_choice"),
+                        ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs.choice"),
+                        ({"structured_outputs": "json"}, "structured_outputs")):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model_name, messages=msgs, max_tokens=4, extra_body=body)
+        assert e.value.body["param"] == param, body
+
+
 def test_max_tokens_cut_says_length(server, model_name):
     name, schema = SCHEMAS[19]
     r = oa(server).chat.completions.create(model=model_name, messages=ask(name, schema), temperature=0, max_tokens=6,
