@@ -305,11 +305,24 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
 }
 
 void register_openai(httplib::Server& svr, Api& api) {
-  svr.Get("/v1/models", [&api](const httplib::Request&, httplib::Response& res) {
+  auto served_names = [&api] {
     std::set<std::string> names{api.cfg.default_model};
     for (auto& n : stored_model_names()) names.insert(n);
+    return names;
+  };
+  svr.Get("/v1/models", [served_names](const httplib::Request&, httplib::Response& res) {
+    const auto names = served_names();
     send_json(res, 200, openai_models({names.begin(), names.end()}));
   });
+  // one of the list (the SDKs' models.retrieve), without loading it
+  svr.Get(R"(/v1/models/(.+))",
+          [served_names](const httplib::Request& req, httplib::Response& res) {
+            const std::string name = req.matches[1];
+            if (served_names().count(name)) return send_json(res, 200, openai_model(name));
+            send_json(res, 404,
+                      openai_error(ApiError{404, fmt::format("The model '{}' does not exist", name),
+                                            "invalid_request_error", "model", "model_not_found"}));
+          });
   svr.Post("/v1/chat/completions", [&api](const httplib::Request& req, httplib::Response& res) {
     openai_completion(api, true, req, res);
   });

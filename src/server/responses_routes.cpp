@@ -1,6 +1,8 @@
 // OpenAI's Responses API: POST /v1/responses (parse_responses.h reads it onto
 // the chat path, write_responses.h answers it), GET and DELETE
 // /v1/responses/ID on the store that previous_response_id reads.
+#include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include "server/model_lookup.h"
@@ -68,6 +70,49 @@ void create(RouteContext& ctx, Submitter& sub, ResponseStore& store, const httpl
   }
 }
 
+// GET /v1/responses/ID/input_items: a page of the items, newest first
+// unless order=asc, after / before an item id, limit 1-100 (default 20).
+void list_input_items(const ResponseStore& store, const httplib::Request& req,
+                      httplib::Response& res) {
+  try {
+    const std::string id = req.matches[1];
+    auto conv = store.conversation(id);
+    if (!conv) throw not_found(id);
+    json all = input_items(id, json(conv->begin(), conv->end() - (conv->empty() ? 0 : 1)));
+    const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+    if (order != "asc" && order != "desc") bad("order", "order must be \"asc\" or \"desc\"");
+    if (order == "desc") std::reverse(all.begin(), all.end());
+    int64_t limit = 20;
+    if (req.has_param("limit")) {
+      const std::string v = req.get_param_value("limit");
+      char* end = nullptr;
+      limit = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || limit < 1 || limit > 100)
+        bad("limit", "limit must be an integer in [1, 100]");
+    }
+    // the page: after the 'after' item, before the 'before' item
+    size_t first = 0, last = all.size();
+    auto index_of = [&](const char* key) {
+      const std::string item = req.get_param_value(key);
+      for (size_t i = 0; i < all.size(); ++i)
+        if (all[i]["id"] == item) return i;
+      bad(key, fmt::format("no input item '{}' in response '{}'", item, id));
+    };
+    if (req.has_param("after")) first = index_of("after") + 1;
+    if (req.has_param("before")) last = std::max(first, index_of("before"));
+    const size_t end = std::min(last, first + size_t(limit));
+    json data(all.begin() + ptrdiff_t(first), all.begin() + ptrdiff_t(end));
+    reply_json(res, 200,
+               {{"object", "list"},
+                {"data", data},
+                {"first_id", data.empty() ? json() : data.front()["id"]},
+                {"last_id", data.empty() ? json() : data.back()["id"]},
+                {"has_more", end < last}});
+  } catch (const ApiError& e) {
+    reply_json(res, e.status, openai_error(e));
+  }
+}
+
 }  // namespace
 
 void register_responses(httplib::Server& svr, RouteContext& ctx, Submitter& sub,
@@ -82,6 +127,10 @@ void register_responses(httplib::Server& svr, RouteContext& ctx, Submitter& sub,
               reply_json(res, 200, *r);
             else
               reply_json(res, 404, openai_error(not_found(id)));
+          });
+  svr.Get(R"(/v1/responses/([^/]+)/input_items)",
+          [&store](const httplib::Request& req, httplib::Response& res) {
+            list_input_items(store, req, res);
           });
   svr.Delete(R"(/v1/responses/([^/]+))",
              [&store](const httplib::Request& req, httplib::Response& res) {

@@ -158,10 +158,13 @@ json openai_error(const ApiError& e) {
             {"code", e.code.empty() ? json() : json(e.code)}}}};
 }
 
+json openai_model(const std::string& name) {
+  return {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "wick"}};
+}
+
 json openai_models(const std::vector<std::string>& names) {
   json data = json::array();
-  for (auto& n : names)
-    data.push_back({{"id", n}, {"object", "model"}, {"created", 0}, {"owned_by", "wick"}});
+  for (auto& n : names) data.push_back(openai_model(n));
   return {{"object", "list"}, {"data", data}};
 }
 

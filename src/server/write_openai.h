@@ -26,6 +26,7 @@ struct OpenAiMeta {
 
 int64_t unix_now();
 json openai_error(const ApiError& e);
+json openai_model(const std::string& name);  // GET /v1/models/NAME
 json openai_models(const std::vector<std::string>& names);
 // The non-streaming response: one choice per result, with logprobs when asked.
 json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,

@@ -6,6 +6,47 @@
 
 namespace wick::server {
 
+json input_items(const std::string& response_id, const json& conversation) {
+  const std::string hex = response_id.substr(response_id.find('_') + 1);
+  json items = json::array();
+  auto id = [&](const char* prefix) {
+    return fmt::format("{}_{}_in{}", prefix, hex, items.size());
+  };
+  for (const json& m : conversation) {
+    const std::string role = m.value("role", "");
+    const std::string text = m.contains("content") && m["content"].is_string()
+                                 ? m["content"].get<std::string>()
+                                 : std::string();
+    if (role == "tool") {
+      items.push_back({{"id", id("fco")},
+                       {"type", "function_call_output"},
+                       {"call_id", m.value("tool_call_id", "")},
+                       {"output", text},
+                       {"status", "completed"}});
+      continue;
+    }
+    const bool assistant = role == "assistant";
+    if (!assistant || !text.empty()) {
+      json part = {{"type", assistant ? "output_text" : "input_text"}, {"text", text}};
+      if (assistant) part["annotations"] = json::array();
+      items.push_back({{"id", id("msg")},
+                       {"type", "message"},
+                       {"role", role},
+                       {"status", "completed"},
+                       {"content", json::array({std::move(part)})}});
+    }
+    if (m.contains("tool_calls"))
+      for (const json& c : m["tool_calls"])
+        items.push_back({{"id", id("fc")},
+                         {"type", "function_call"},
+                         {"call_id", c.value("id", "")},
+                         {"name", c["function"].value("name", "")},
+                         {"arguments", c["function"].value("arguments", "")},
+                         {"status", "completed"}});
+  }
+  return items;
+}
+
 std::string new_response_id() {
   std::random_device rd;
   auto u64 = [&] { return (uint64_t(rd()) << 32) | rd(); };

@@ -20,6 +20,12 @@ namespace wick::server {
 // Unguessable ids (the store answers whoever knows one): resp_ and 32 hex digits.
 std::string new_response_id();
 
+// The input items of a stored response, oldest first: the conversation it
+// answered (a previous_response_id chain's earlier inputs and answers
+// included; not its instructions) as message, function_call and
+// function_call_output items, with ids derived from the response's.
+json input_items(const std::string& response_id, const json& conversation);
+
 // One response's output as its answer arrives: a reasoning item for <think>
 // reasoning (when the request splits it), a message item for text, a
 // function_call item for each call, and each change as the events

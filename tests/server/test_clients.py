@@ -62,8 +62,15 @@ def test_openai_n_and_seed(server, model_name):
 
 
 def test_openai_models(server, model_name):
-    ids = [m.id for m in oa(server).models.list().data]
+    client = oa(server)
+    ids = [m.id for m in client.models.list().data]
     assert "smollm2" in ids
+    for name in ids:  # the SDK's retrieve: each listed model, the served one's path included
+        m = client.models.retrieve(name)
+        assert m.id == name and m.object == "model"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert e.value.body["code"] == "model_not_found"
 
 
 def test_ollama_generate_and_chat(server, model_name):

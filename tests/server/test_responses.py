@@ -208,6 +208,48 @@ def test_function_call_output_continues_like_chat(server, model_name):
     assert whole.output_text == text
 
 
+def test_input_items_list_the_conversation(server, model_name):
+    """GET /v1/responses/ID/input_items through the SDK: the chain's earlier inputs and
+    answers, then this request's input (not the instructions), newest first by default,
+    paged by limit and after (the SDK's auto-pagination walks every page)."""
+    client = oa(server)
+    first = client.responses.create(model=model_name, tools=TOOLS, tool_choice="required", temperature=0,
+                                    parallel_tool_calls=False, input="What is the weather in Paris?",
+                                    instructions="Be brief.", max_output_tokens=64)
+    call = first.output[0]
+    second = client.responses.create(model=model_name, previous_response_id=first.id, temperature=0,
+                                     max_output_tokens=8, input=[
+                                         {"type": "function_call_output", "call_id": call.call_id,
+                                          "output": "Sunny"},
+                                         {"role": "user", "content": [{"type": "input_text", "text": "And Rome?"}]}])
+    got = client.responses.input_items.list(second.id, order="asc")
+    shape = [(it.type, getattr(it, "role", None)) for it in got.data]
+    assert shape == [("message", "user"), ("function_call", None), ("function_call_output", None),
+                     ("message", "user")]
+    assert got.data[0].content[0].text == "What is the weather in Paris?"
+    assert (got.data[1].call_id, got.data[1].name, got.data[1].arguments) == (call.call_id, call.name,
+                                                                               call.arguments)
+    assert got.data[2].call_id == call.call_id and got.data[2].output == "Sunny"
+    assert got.data[3].content[0].text == "And Rome?"
+    assert got.first_id == got.data[0].id and got.last_id == got.data[-1].id and not got.has_more
+    ids = [it.id for it in got.data]
+    assert len(set(ids)) == 4
+    newest_first = client.responses.input_items.list(second.id)
+    assert [it.id for it in newest_first.data] == ids[::-1]
+    page = client.responses.input_items.list(second.id, order="asc", limit=3)
+    assert [it.id for it in page.data] == ids[:3] and page.has_more
+    assert [it.id for it in client.responses.input_items.list(second.id, order="asc", limit=1)] == ids
+    rest = client.responses.input_items.list(second.id, order="asc", after=ids[1])
+    assert [it.id for it in rest.data] == ids[2:]
+    assert [it.id for it in client.responses.input_items.list(first.id).data] == \
+        [client.responses.input_items.list(first.id).data[0].id]  # one user message
+    for bad in ({"limit": 0}, {"limit": 101}, {"order": "up"}, {"after": "msg_nope"}):
+        r = requests.get(f"{server.url}/v1/responses/{second.id}/input_items", params=bad, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["param"] == next(iter(bad)), bad
+    r = requests.get(server.url + "/v1/responses/resp_0000/input_items", timeout=10)
+    assert r.status_code == 404
+
+
 def test_json_schema_format(server, model_name):
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
               "required": ["city", "population"], "additionalProperties": False}
