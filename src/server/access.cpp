@@ -8,6 +8,13 @@ namespace wick::server {
 
 namespace {
 
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](char c) { return char(std::tolower(uint8_t(c))); });
+  return out;
+}
+
 bool all_digits(std::string_view s) {
   return !s.empty() &&
          std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(uint8_t(c)); });
@@ -38,9 +45,7 @@ std::string host_of(std::string_view h) {
   } else if (std::count(h.begin(), h.end(), ':') == 1) {  // name:port (a bare v6 has several)
     host = h.substr(0, h.find(':'));
   }
-  std::string out(host);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](char c) { return char(std::tolower(uint8_t(c))); });
+  std::string out = lowercase(host);
   if (!out.empty() && out.back() == '.') out.pop_back();
   return out;
 }
@@ -61,17 +66,6 @@ bool HostFilter::allows(std::string_view host_header) const {
   return is_loopback_host(host) ||
          std::find(allowed_.begin(), allowed_.end(), host) != allowed_.end();
 }
-
-namespace {
-
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](char c) { return char(std::tolower(uint8_t(c))); });
-  return out;
-}
-
-}  // namespace
 
 OriginFilter::OriginFilter(const std::vector<std::string>& allowed) {
   for (const auto& a : allowed) {

@@ -43,7 +43,6 @@ class OriginFilter {
   // browsers send them; "*" allows any.
   explicit OriginFilter(const std::vector<std::string>& allowed);
   bool allows(std::string_view origin) const;  // an empty origin: no browser page, allowed
-  bool any() const { return any_; }
 
  private:
   bool any_ = false;
