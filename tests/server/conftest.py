@@ -29,12 +29,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *extra, env=None):
-        if not os.path.exists(MODEL):
-            skip_or_fail(f"default model missing: {MODEL}")
+    def __init__(self, *extra, env=None, model=MODEL):
+        if not os.path.exists(model):
+            skip_or_fail(f"model missing: {model}")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([WICK, "serve", "--model", MODEL, "--port", str(self.port), *extra],
+        self.proc = subprocess.Popen([WICK, "serve", "--model", model, "--port", str(self.port), *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
         deadline = time.time() + 60 * TIME_SCALE
