@@ -29,7 +29,8 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *extra, env=None, model=MODEL):
+    def __init__(self, *extra, env=None, model=None):
+        model = model or MODEL  # read at call time: tests may point MODEL at a copy
         if not os.path.exists(model):
             skip_or_fail(f"model missing: {model}")
         self.port = free_port()
