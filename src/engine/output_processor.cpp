@@ -230,9 +230,14 @@ int32_t OutputProcessor::sample_on_host(Sequence& s, std::span<float> row) {
   // grammar's mask and the filters
   const float lse = log_sum_exp(row);
   auto top = top_logprobs(row, lse, size_t(s.req.top_logprobs), order_);
-  raw_.assign(row.begin(), row.end());  // sample() changes row: biases, penalties, masks
+  // sample() changes row only through biases, penalties and masks: keep it then
+  const SamplingParams& p = s.req.sampling;
+  const bool changes_row = !mask.empty() || !p.logit_bias.empty() || p.repeat_penalty != 1 ||
+                           p.presence_penalty != 0 || p.frequency_penalty != 0;
+  if (changes_row) raw_.assign(row.begin(), row.end());
   const int32_t id = s.sampler->sample(row, s.tokens, mask);
-  add_logprob(s, {id, raw_[size_t(id)] - lse, std::move(top)});
+  const float logit = changes_row ? raw_[size_t(id)] : row[size_t(id)];
+  add_logprob(s, {id, logit - lse, std::move(top)});
   return id;
 }
 

@@ -250,18 +250,14 @@ void vllm_formats(const json& obj, std::vector<FormatAsk>& out) {
         if (!v.is_string()) bad(param, "'" + param + "' must be a string", "invalid_type");
         out.push_back({param, grammar::regex_to_gbnf(v.get<std::string>())});
       } else if (kind == "choice") {
-        if (!v.is_array() || v.empty() || v.size() > kMaxChoicesOfFormat)
+        const bool strings =
+            v.is_array() && !v.empty() && v.size() <= kMaxChoicesOfFormat &&
+            std::all_of(v.begin(), v.end(), [](const json& c) { return c.is_string(); });
+        if (!strings)
           bad(param,
               fmt::format("'{}' must be an array of 1 to {} strings", param, kMaxChoicesOfFormat),
               "invalid_type");
-        std::vector<std::string> choices;
-        for (const json& c : v) {
-          if (!c.is_string())
-            bad(param,
-                fmt::format("'{}' must be an array of 1 to {} strings", param, kMaxChoicesOfFormat),
-                "invalid_type");
-          choices.push_back(c.get<std::string>());
-        }
+        const std::vector<std::string> choices = v.get<std::vector<std::string>>();
         out.push_back({param, grammar::choice_to_gbnf(choices)});
       } else {  // grammar: GBNF
         if (!v.is_string() || v.get<std::string>().empty())
