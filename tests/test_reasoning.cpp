@@ -188,7 +188,7 @@ TEST_F(ReasoningWriters, OllamaHasThinking) {
     const json& where = chat ? whole["message"] : whole;
     EXPECT_EQ(where["thinking"], "hmm");
     EXPECT_EQ(where[chat ? "content" : "response"], "Paris.");
-    OllamaStream w(r, Clock::now());
+    OllamaStream w(r, *qwen3_, Clock::now());
     std::string thinking, text;
     std::string lines;  // in order: the writer keeps state
     for (const char* piece : {"<think>h", "mm</thi", "nk>\n\nParis."})

@@ -565,7 +565,7 @@ TEST(ServerWrite, OllamaStreamLines) {
   OllamaRequest r;
   r.chat = true;
   r.model = "smollm2:latest";
-  OllamaStream w(r, Clock::now());
+  OllamaStream w(r, nullptr, Clock::now());
   const json piece = json::parse(w.text(0, "Hi", {}));
   EXPECT_EQ(piece["model"], "smollm2:latest");
   EXPECT_EQ(piece["message"], (json{{"role", "assistant"}, {"content", "Hi"}}));

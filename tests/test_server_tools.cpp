@@ -253,6 +253,58 @@ TEST_F(ServerTools, OpenAiStreamLogprobs) {
   }
 }
 
+// Ollama's logprobs, top level: each line carries its tokens' (the final
+// line the end token's), together the whole answer's; top_logprobs appear
+// only when asked for, and nothing when logprobs are off.
+TEST_F(ServerTools, OllamaStreamLogprobs) {
+  const int32_t hello = tk().encode("Hello")[0], world = tk().encode(" world")[0];
+  for (int32_t n_top : {-1, 0, 2}) {
+    std::vector<TokenLogprob> lps = {{hello, -0.5f, {{hello, -0.5f}, {world, -2.0f}}},
+                                     {world, -0.25f, {{world, -0.25f}, {hello, -3.0f}}},
+                                     {hello, -0.125f, {{hello, -0.125f}, {world, -4.0f}}}};
+    if (n_top < 1)
+      for (auto& t : lps) t.top.clear();
+    const GenerateResult g{.tokens = {hello, world, hello},
+                           .text = "Hello world",
+                           .stop_reason = "eos",
+                           .logprobs = n_top < 0 ? std::vector<TokenLogprob>{} : lps};
+    for (bool chat : {true, false}) {
+      OllamaRequest r;
+      r.chat = chat;
+      r.model = "m";
+      r.gen.top_logprobs = n_top;
+      // what the engine hands each piece: token k's logprobs when asked
+      auto of = [&](size_t k) { return n_top < 0 ? g.logprobs : std::vector{lps[k]}; };
+      OllamaStream w(r, *qwen3_, Clock::now());
+      std::string s = w.text(0, "Hello", of(0));
+      s += w.text(0, " world", of(1));
+      s += w.done(0, g);
+      json streamed = json::array();
+      size_t n_lines = 0;
+      for (size_t at = 0, end; (end = s.find('\n', at)) != std::string::npos; at = end + 1) {
+        const json o = json::parse(s.substr(at, end - at));
+        ++n_lines;
+        EXPECT_EQ(o.contains("logprobs"), n_top >= 0) << o.dump();
+        if (o.contains("logprobs"))
+          for (auto& t : o["logprobs"]) streamed.push_back(t);
+      }
+      EXPECT_EQ(n_lines, 3u);
+      const json whole = ollama_response(r, tk(), Clock::now(), g);
+      if (n_top < 0) {
+        EXPECT_FALSE(whole.contains("logprobs"));
+        continue;
+      }
+      EXPECT_EQ(streamed, whole["logprobs"]) << "chat " << chat;
+      ASSERT_EQ(whole["logprobs"].size(), 3u);
+      EXPECT_EQ(whole["logprobs"][1]["token"], " world");
+      EXPECT_EQ(whole["logprobs"][1]["logprob"], -0.25);
+      EXPECT_EQ(whole["logprobs"][1]["bytes"], json::array({32, 119, 111, 114, 108, 100}));
+      EXPECT_EQ(whole["logprobs"][0].contains("top_logprobs"), n_top > 0);
+      if (n_top > 0) EXPECT_EQ(whole["logprobs"][2]["top_logprobs"][1]["token"], " world");
+    }
+  }
+}
+
 TEST_F(ServerTools, OllamaCalls) {
   OllamaRequest r;
   r.chat = true;
@@ -264,7 +316,7 @@ TEST_F(ServerTools, OllamaCalls) {
   EXPECT_EQ(fin["message"]["tool_calls"].dump(),
             R"([{"function":{"name":"get_weather","arguments":{"city":"Paris"}}},)"
             R"({"function":{"name":"add","arguments":{"a":1}}}])");
-  OllamaStream w(r, Clock::now());
+  OllamaStream w(r, *qwen3_, Clock::now());
   std::string s = w.text(0, kTwoCalls.substr(0, 30), {});
   s += w.text(0, kTwoCalls.substr(30), {});
   s += w.done(0, g);

@@ -290,14 +290,14 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
     auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = api.sub.submit(m, r.gen, 1);
     if (!r.stream) {
-      send_json(res, 200, ollama_final(r, t0, api.sub.wait(chans)[0], true));
+      send_json(res, 200, ollama_response(r, *m->tokenizer, t0, api.sub.wait(chans)[0]));
       api.metrics.count_request(endpoint, 200);
       return;
     }
     api.metrics.count_request(endpoint, 200);
     api.sub.respond(
         res, "application/x-ndjson", chans,
-        std::make_shared<HeldStream>(std::make_shared<OllamaStream>(r, t0), std::move(use)));
+        std::make_shared<HeldStream>(std::make_shared<OllamaStream>(r, m, t0), std::move(use)));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, ollama_error(e));

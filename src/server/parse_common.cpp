@@ -92,6 +92,14 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
   r.stop = parse_stop(obj, spec.stop_key, spec.n_stop_max);
 }
 
+int32_t parse_top_logprobs(const json& obj) {
+  const auto n_top = field<int64_t>(obj, "top_logprobs");
+  if (n_top && (*n_top < 0 || *n_top > 20)) bad("top_logprobs", "top_logprobs must be in [0, 20]");
+  if (field<bool>(obj, "logprobs").value_or(false)) return int32_t(n_top.value_or(0));
+  if (n_top) bad("top_logprobs", "top_logprobs needs logprobs: true");
+  return -1;
+}
+
 void parse_spec(const json& obj, const std::string& param_prefix, GenerateRequest& r) {
   if (auto m = field<std::string>(obj, "spec")) {
     auto method = spec_method_from_name(*m);

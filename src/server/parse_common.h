@@ -110,6 +110,10 @@ void parse_token_controls(const json& obj, const ModelView& m, GenerateRequest& 
 // The span cache's repair extras: span_recompute (tokens at each span's
 // start, >= 0) and span_blend (fraction of each span, in [0, 1]).
 void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// "logprobs" (bool) and "top_logprobs" (0-20) as OpenAI's chat and Ollama
+// take them; top_logprobs without logprobs is a 400. Returns the engine's
+// top_logprobs: -1 when off.
+int32_t parse_top_logprobs(const json& obj);
 // vLLM's prompt_logprobs: null or 0-20 (the top alternatives per prompt
 // token); answered in non-streamed responses alone, so `stream` true is a 400.
 void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, bool stream,

@@ -81,6 +81,7 @@ OllamaRequest parse_ollama(const json& b, bool chat, const ModelView& m, uint64_
   r.chat = chat;
   r.model = ollama_model_name(b);
   GenerateRequest& g = r.gen;
+  g.top_logprobs = parse_top_logprobs(b);
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
     const json tools = parse_tools(b, m, false, r.tools, g);

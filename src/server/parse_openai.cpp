@@ -65,14 +65,7 @@ void check_fits(size_t n_prompt, int32_t n_ctx, const char* param) {
 // Chat takes logprobs: bool and top_logprobs (0-20); completions logprobs: int
 // (0-5). Returns the engine's top_logprobs: -1 when off.
 int32_t parse_logprobs(const json& b, bool chat) {
-  if (chat) {
-    const auto n_top = field<int64_t>(b, "top_logprobs");
-    if (n_top && (*n_top < 0 || *n_top > 20))
-      bad("top_logprobs", "top_logprobs must be in [0, 20]");
-    if (field<bool>(b, "logprobs").value_or(false)) return int32_t(n_top.value_or(0));
-    if (n_top) bad("top_logprobs", "top_logprobs needs logprobs: true");
-    return -1;
-  }
+  if (chat) return parse_top_logprobs(b);
   const auto n_top = field<int64_t>(b, "logprobs");
   if (!n_top) return -1;
   if (*n_top < 0 || *n_top > 5) bad("logprobs", "logprobs must be in [0, 5]");

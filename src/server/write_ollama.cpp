@@ -6,6 +6,7 @@
 
 #include "server/answer_parser.h"
 #include "server/tool_output.h"
+#include "server/write_openai.h"
 #include "text/reasoning.h"
 
 namespace wick::server {
@@ -38,6 +39,15 @@ json head(bool chat, const std::string& model, const std::string& text) {
   else
     o["response"] = text;
   return o;
+}
+
+// Ollama's logprobs: chat completions' entries, at the top level, without
+// top_logprobs when none were asked (Go's omitempty).
+json ollama_logprobs(const Tokenizer& tk, std::span<const TokenLogprob> lps) {
+  json out = logprob_entries(tk, lps);
+  for (json& e : out)
+    if (e["top_logprobs"].empty()) e.erase("top_logprobs");
+  return out;
 }
 
 }  // namespace
@@ -122,11 +132,26 @@ json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateRe
   return o;
 }
 
-OllamaStream::OllamaStream(const OllamaRequest& r, Clock::time_point t0) : req_(r), t0_(t0) {
+json ollama_response(const OllamaRequest& r, const Tokenizer& tk, Clock::time_point t0,
+                     const GenerateResult& g) {
+  json o = ollama_final(r, t0, g, true);
+  if (r.gen.top_logprobs >= 0) o["logprobs"] = ollama_logprobs(tk, g.logprobs);
+  return o;
+}
+
+OllamaStream::OllamaStream(const OllamaRequest& r, std::shared_ptr<const LoadedModel> model,
+                           Clock::time_point t0)
+    : req_(r), model_(std::move(model)), t0_(t0) {
   req_.gen.prompt.clear();
   const ToolSetup tools = r.chat ? r.tools : ToolSetup{};
   if (tools.format != ToolFormat::None || r.reasoning.split)
     parser_ = std::make_unique<AnswerParser>(r.reasoning, tools, "call_");
+}
+
+void OllamaStream::take_logprobs(json& o) {
+  if (req_.gen.top_logprobs < 0 || pending_.empty()) return;
+  o["logprobs"] = ollama_logprobs(*model_->tokenizer, pending_);
+  pending_.clear();
 }
 
 std::string OllamaStream::lines(const std::vector<AnswerEvent>& evs) {
@@ -144,13 +169,17 @@ std::string OllamaStream::lines(const std::vector<AnswerEvent>& evs) {
       o["message"]["tool_calls"] = json::array({ollama_tool_call(parser_->calls()[e.index])});
       ++n_calls_;
     }
+    take_logprobs(o);
     o["done"] = false;
     out += o.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   }
   return out;
 }
 
-std::string OllamaStream::text(size_t, const std::string& piece, const std::vector<TokenLogprob>&) {
+std::string OllamaStream::text(size_t, const std::string& piece,
+                               const std::vector<TokenLogprob>& logprobs) {
+  pending_.insert(pending_.end(), logprobs.begin(), logprobs.end());
+  n_logprobs_seen_ += logprobs.size();
   if (parser_) return lines(parser_->push(piece));
   return lines({AnswerEvent{.kind = AnswerEvent::Kind::Content, .text = piece}});
 }
@@ -158,7 +187,11 @@ std::string OllamaStream::text(size_t, const std::string& piece, const std::vect
 std::string OllamaStream::done(size_t, const GenerateResult& g) {
   if (g.stop_reason.rfind("error", 0) == 0) return json{{"error", g.stop_reason}}.dump() + "\n";
   std::string out = parser_ ? lines(parser_->finish()) : "";
-  return out + ollama_final(req_, t0_, g, false).dump() + "\n";
+  // tokens whose text never came (an end-of-generation token, a stop string)
+  for (size_t k = n_logprobs_seen_; k < g.logprobs.size(); ++k) pending_.push_back(g.logprobs[k]);
+  json last = ollama_final(req_, t0_, g, false);
+  take_logprobs(last);
+  return out + last.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace wick::server

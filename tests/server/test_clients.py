@@ -165,3 +165,34 @@ def test_openai_prompt_logprobs(server, model_name):
     assert "prompt_logprobs" in str(bad.value)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model=model_name, prompt=prompt, max_tokens=1, extra_body={"prompt_logprobs": 21})
+
+
+def test_ollama_logprobs(server, model_name):
+    """Ollama's logprobs / top_logprobs through the ollama package: the same
+    tokens and logprobs as OpenAI's chat for the same greedy conversation, one
+    per generated token; streamed lines carry their own tokens', together the
+    whole answer's; bad values are a 400."""
+    client = ollama.Client(host=server.url)
+    msgs = [{"role": "user", "content": QUESTION}]
+    opts = {"temperature": 0, "repeat_penalty": 1.0, "num_predict": 10}
+    r = client.chat(model=model_name, messages=msgs, options=opts, logprobs=True, top_logprobs=3)
+    assert len(r.logprobs) == r.eval_count
+    o = oa(server).chat.completions.create(model=model_name, messages=msgs, temperature=0, max_tokens=10,
+                                           logprobs=True, top_logprobs=3)
+    want = o.choices[0].logprobs.content
+    assert [(t.token, t.logprob) for t in r.logprobs] == [(t.token, t.logprob) for t in want]
+    for got, w in zip(r.logprobs, want):
+        assert [(x.token, x.logprob) for x in got.top_logprobs] == [(x.token, x.logprob) for x in w.top_logprobs]
+    streamed = []
+    for part in client.chat(model=model_name, messages=msgs, options=opts, logprobs=True, top_logprobs=3, stream=True):
+        streamed += part.logprobs or []
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in r.logprobs]
+
+    g = client.generate(model=model_name, prompt=QUESTION, options=opts, logprobs=True)
+    assert len(g.logprobs) == g.eval_count
+    assert all(t.logprob <= 0 and not t.top_logprobs for t in g.logprobs)
+    assert "".join(t.token for t in g.logprobs).startswith(g.response[:8])
+    assert client.generate(model=model_name, prompt=QUESTION, options=opts).logprobs is None
+    for bad in ({"logprobs": True, "top_logprobs": 21}, {"top_logprobs": 2}):
+        resp = requests.post(server.url + "/api/generate", json={"model": model_name, "prompt": "x", **bad}, timeout=30)
+        assert resp.status_code == 400 and "top_logprobs" in resp.json()["error"]

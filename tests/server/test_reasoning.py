@@ -123,6 +123,16 @@ def test_ollama_think(server, thinking_model):
                                                   timeout=60).text.splitlines() if x]
     assert "".join(x["message"].get("thinking", "") for x in lines) == j["message"]["thinking"]
     assert "".join(x["message"]["content"] for x in lines) == j["message"]["content"]
+    # logprobs: one per token of the raw answer, thinking lines carrying theirs
+    lp = {**body, "logprobs": True, "top_logprobs": 2}
+    whole = requests.post(server.url + "/api/chat", json=lp, timeout=60).json()
+    raw = "".join(t["token"] for t in whole["logprobs"])
+    assert len(whole["logprobs"]) == whole["eval_count"]
+    assert raw.startswith("<think>" + j["message"]["thinking"] + "</think>" + j["message"]["content"]), raw
+    lines = [json.loads(x) for x in requests.post(server.url + "/api/chat", json={**lp, "stream": True},
+                                                  timeout=60).text.splitlines() if x]
+    assert any("thinking" in x["message"] and x.get("logprobs") for x in lines)
+    assert [t for x in lines for t in x.get("logprobs", [])] == whole["logprobs"]
     # think false renders the template with enable_thinking false: no reasoning comes back
     body.update(think=False, grammar="root ::= [a-z]{3,8}")
     j = requests.post(server.url + "/api/chat", json=body, timeout=60).json()
