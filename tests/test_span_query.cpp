@@ -182,9 +182,10 @@ TEST_F(SpanLayout, ContinueFinalMessageEndsInsideTheAssistantsMessage) {
   const json msgs = json::parse(R"([{"role": "system", "content": "S"},
       {"role": "user", "content": "doc A"}, {"role": "user", "content": "doc B"},
       {"role": "user", "content": "Q?"}, {"role": "assistant", "content": "The answer is"}])");
-  EXPECT_EQ(ids, chat_prompt(view(), msgs, nullptr, nullptr, true));
-  const std::string prompt = chat_prompt_text(view(), msgs, nullptr, nullptr, true);
-  const std::string closed = chat_prompt_text(view(), msgs, nullptr, nullptr, false);
+  EXPECT_EQ(ids, chat_prompt(view(), msgs, nullptr, nullptr, PromptEnd::ContinueFinal));
+  const std::string prompt =
+      chat_prompt_text(view(), msgs, nullptr, nullptr, PromptEnd::ContinueFinal);
+  const std::string closed = chat_prompt_text(view(), msgs, nullptr, nullptr, PromptEnd::NewTurn);
   EXPECT_TRUE(prompt.ends_with("The answer is")) << prompt;
   // the closed rendering is the same text and the turn's end after it
   EXPECT_TRUE(closed.starts_with(prompt)) << closed;
@@ -192,14 +193,15 @@ TEST_F(SpanLayout, ContinueFinalMessageEndsInsideTheAssistantsMessage) {
   // the generation prompt's turn header stands before the continued text
   json open = msgs;
   open.erase(open.size() - 1);
-  EXPECT_TRUE(prompt.starts_with(chat_prompt_text(view(), open, nullptr, nullptr, false)));
+  EXPECT_TRUE(
+      prompt.starts_with(chat_prompt_text(view(), open, nullptr, nullptr, PromptEnd::NewTurn)));
 
   std::string param;
   EXPECT_EQ(400, status_of(
                      [&] {
                        json no_final = msgs;
                        no_final.erase(no_final.size() - 1);
-                       chat_prompt(view(), no_final, nullptr, nullptr, true);
+                       chat_prompt(view(), no_final, nullptr, nullptr, PromptEnd::ContinueFinal);
                      },
                      &param));
   EXPECT_EQ(param, "continue_final_message");

@@ -25,6 +25,8 @@ struct ReasoningSetup {
 // Completions' echo: each choice's text starts with its prompt's, and with
 // logprobs its logprobs with the prompt tokens' (the first null), as OpenAI's
 // legacy API and vLLM answer it (lm-evaluation-harness scores with it).
+// vLLM's chat echo: each choice's content starts with the final message's
+// text (one entry in texts; no logprobs for it).
 struct EchoSetup {
   std::vector<std::string> texts;  // prompt k's text for its choices; empty: no echo
   bool prompt_only = false;        // max_tokens 0: the engine's one token is left out
@@ -48,7 +50,7 @@ struct OpenAiRequest {
   bool usage_in_stream = false;  // stream_options.include_usage
   ToolSetup tools;               // chat only
   ReasoningSetup reasoning;      // chat only
-  EchoSetup echo;                // completions only
+  EchoSetup echo;
   // The prompts are ids the client laid out (completions' token ids, span
   // queries in the marker layout): with --span-markers, their markers lay
   // out their spans.

@@ -73,9 +73,24 @@ void check_template_kwargs(const json& extra) {
 
 }  // namespace
 
+PromptEnd prompt_end(const json& body) {
+  const bool gen_prompt = field<bool>(body, "add_generation_prompt").value_or(true);
+  const bool continue_final = field<bool>(body, "continue_final_message").value_or(false);
+  if (continue_final && gen_prompt && body.contains("add_generation_prompt"))
+    bad("continue_final_message",
+        "continue_final_message and add_generation_prompt cannot both be true");
+  if (continue_final) return PromptEnd::ContinueFinal;
+  return gen_prompt ? PromptEnd::NewTurn : PromptEnd::AsRendered;
+}
+
+std::string final_message_text(const json& messages) {
+  check_messages(messages);
+  return normalise_messages(json::array({messages.back()}))[0]["content"].get<std::string>();
+}
+
 std::vector<int32_t> chat_prompt(const ModelView& m, const json& messages, const json& tools,
-                                 const json& extra, bool continue_final) {
-  return m.tokenizer.encode(chat_prompt_text(m, messages, tools, extra, continue_final),
+                                 const json& extra, PromptEnd end) {
+  return m.tokenizer.encode(chat_prompt_text(m, messages, tools, extra, end),
                             {.add_special = false, .parse_special = true});
 }
 
@@ -90,8 +105,9 @@ std::string cut_after_final_content(const std::string& rendered, const std::stri
 }
 
 std::string chat_prompt_text(const ModelView& m, const json& messages, const json& tools,
-                             const json& extra, bool continue_final) {
+                             const json& extra, PromptEnd end) {
   check_messages(messages);
+  const bool continue_final = end == PromptEnd::ContinueFinal;
   if (continue_final && messages.back()["role"] != "assistant")
     bad("continue_final_message",
         "continue_final_message needs the last message to be the assistant's");
@@ -106,7 +122,7 @@ std::string chat_prompt_text(const ModelView& m, const json& messages, const jso
   if (tk.chat_template.empty())
     bad("messages", "this model has no chat template; use the completions endpoint");
   json vars = {{"messages", msgs},
-               {"add_generation_prompt", !continue_final},
+               {"add_generation_prompt", end == PromptEnd::NewTurn},
                {"bos_token", tk.bos_token},
                {"eos_token", tk.eos_token}};
   if (!tools.is_null()) vars["tools"] = tools;

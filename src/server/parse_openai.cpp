@@ -95,6 +95,14 @@ void set_echo(const json& b, const ModelView& m, OpenAiRequest& r) {
   }
 }
 
+// vLLM's chat echo: the answer starts with the final message's text when the
+// answer continues that message's role (the assistant's on a new turn).
+void set_chat_echo(const json& messages, PromptEnd end, OpenAiRequest& r) {
+  if (end == PromptEnd::NewTurn && messages.back()["role"] != "assistant") return;
+  if (std::string text = final_message_text(messages); !text.empty())
+    r.echo.texts.push_back(std::move(text));
+}
+
 }  // namespace
 
 std::string openai_model_name(const json& body) {
@@ -118,10 +126,10 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   if (chat) {
     if (!b.contains("messages")) bad("messages", "'messages' is required", "missing_field");
     const json tools = parse_tools(b, m, true, r.tools, g);
-    const bool continue_final = field<bool>(b, "continue_final_message").value_or(false);
-    g.prompt = chat_prompt(m, b["messages"], tools, b.value("chat_template_kwargs", json()),
-                           continue_final);
-    if (!continue_final) r.reasoning = reasoning_setup(m, g.prompt);
+    const PromptEnd end = prompt_end(b);
+    g.prompt = chat_prompt(m, b["messages"], tools, b.value("chat_template_kwargs", json()), end);
+    if (end == PromptEnd::NewTurn) r.reasoning = reasoning_setup(m, g.prompt);
+    if (field<bool>(b, "echo").value_or(false)) set_chat_echo(b["messages"], end, r);
   } else {
     if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
     const json& p = b["prompt"];

@@ -83,7 +83,7 @@ json apply_template(RouteContext& ctx, const json& body) {
   if (!body.contains("messages")) bad("messages", "'messages' is required", "missing_field");
   const json extra = body.value("chat_template_kwargs", json());
   return {{"prompt", chat_prompt_text(model_view(*m, ctx.cfg.engine.n_ctx), body["messages"],
-                                      body.value("tools", json()), extra)}};
+                                      body.value("tools", json()), extra, prompt_end(body))}};
 }
 
 }  // namespace

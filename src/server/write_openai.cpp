@@ -173,7 +173,8 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
   json choices = json::array();
   int64_t n_gen = 0;
   // the prompt_logprobs field as asked (echo may have the engine compute more)
-  const int32_t n_prompt_top = r.echo.on() ? r.echo.prompt_logprobs : r.gen.prompt_logprobs;
+  const int32_t n_prompt_top =
+      !r.chat && r.echo.on() ? r.echo.prompt_logprobs : r.gen.prompt_logprobs;
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerateResult& g = results[i];
     n_gen += r.echo.prompt_only ? 0 : int64_t(g.tokens.size());
@@ -182,10 +183,11 @@ json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
     std::string finish = finish_reason(g.stop_reason);
     if (r.chat) {
       const ParsedAnswer p = parse_answer(r.reasoning, r.tools, g.text, call_id_prefix(meta, i));
-      json message = {{"role", "assistant"}, {"content", p.content}};
+      const std::string content = (r.echo.on() ? r.echo.texts[0] : "") + p.content;
+      json message = {{"role", "assistant"}, {"content", content}};
       if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
       if (!p.calls.empty()) {  // content null when the answer is only calls
-        if (p.content.empty()) message["content"] = nullptr;
+        if (content.empty()) message["content"] = nullptr;
         message["tool_calls"] = json::array();
         for (const auto& c : p.calls) message["tool_calls"].push_back(openai_tool_call(c));
         if (finish == "stop") finish = "tool_calls";
@@ -237,7 +239,7 @@ OpenAiStream::OpenAiStream(const OpenAiRequest& r, OpenAiMeta meta,
       usage_in_stream_(r.usage_in_stream),
       logprobs_(r.gen.top_logprobs >= 0),
       tools_(r.chat ? r.tools : ToolSetup{}),
-      echo_(r.chat ? EchoSetup{} : r.echo),
+      echo_(r.echo),
       n_choices_(r.n_choices),
       meta_(std::move(meta)),
       model_(std::move(model)),
@@ -268,7 +270,8 @@ std::string OpenAiStream::echo_chunk(size_t i) {
   Choice& c = choices_[i];
   if (!echo_.on() || c.echoed) return "";
   c.echoed = true;
-  return chunk(i, echo_.texts[i / size_t(n_choices_)], nullptr);
+  const std::string& text = echo_.texts[chat_ ? 0 : i / size_t(n_choices_)];
+  return chunk(i, chat_ ? json{{"content", text}} : json(text), nullptr);
 }
 
 json OpenAiStream::take_logprobs(size_t i) {

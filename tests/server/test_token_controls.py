@@ -1,6 +1,7 @@
 """Token controls and echo through the `openai` client against a real `wick serve`:
-logit_bias, vLLM's min_tokens and ignore_eos, and completions' echo (the prompt's
-text and its tokens' logprobs, as lm-evaluation-harness scores with them)."""
+logit_bias, vLLM's min_tokens and ignore_eos, completions' echo (the prompt's
+text and its tokens' logprobs, as lm-evaluation-harness scores with them), and
+vLLM's chat echo and add_generation_prompt."""
 import openai
 import pytest
 import requests
@@ -164,3 +165,53 @@ def test_echo_text_streamed_and_per_choice(server, model_name):
     with pytest.raises(openai.BadRequestError) as e:  # max_tokens 0 needs echo
         client.completions.create(model=model_name, prompt="x", max_tokens=0)
     assert e.value.body["param"] == "max_tokens"
+
+
+def rendered(server, msgs, **kw):
+    r = requests.post(server.url + "/apply-template", json={"messages": msgs, **kw}, timeout=30)
+    r.raise_for_status()
+    return r.json()["prompt"]
+
+
+def chat_text(client, model_name, msgs, stream=False, **extra):
+    kw = dict(model=model_name, messages=msgs, temperature=0, max_tokens=12, extra_body=extra)
+    if not stream:
+        return client.chat.completions.create(**kw).choices[0].message.content
+    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kw)
+                   if c.choices)
+
+
+def test_add_generation_prompt_false_renders_no_new_turn(server, model_name):
+    """vLLM's add_generation_prompt: false renders the conversation without the
+    assistant's turn header, and the answer is plain completion's of that text."""
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    with_turn = rendered(server, msgs)
+    without = rendered(server, msgs, add_generation_prompt=False)
+    assert with_turn.startswith(without) and len(with_turn) > len(without)
+    client = oa(server)
+    got = chat_text(client, model_name, msgs, add_generation_prompt=False)
+    want = client.completions.create(model=model_name, prompt=tokenize(server, without), temperature=0,
+                                     max_tokens=12).choices[0].text
+    assert got == want
+    r = requests.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "model": model_name, "messages": msgs + [{"role": "assistant", "content": "Red"}],
+        "continue_final_message": True, "add_generation_prompt": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message"
+
+
+def test_chat_echo_repeats_the_message_the_answer_continues(server, model_name):
+    """vLLM's chat echo: the content starts with the final message's text when the
+    answer continues its role (a prefilled assistant reply, or any message with
+    add_generation_prompt false), streamed first too; after a user turn, nothing."""
+    client = oa(server)
+    prefill = [{"role": "user", "content": "What is the capital of France?"},
+               {"role": "assistant", "content": "The capital of France is"}]
+    plain = chat_text(client, model_name, prefill, continue_final_message=True)
+    for stream in (False, True):
+        got = chat_text(client, model_name, prefill, stream, continue_final_message=True, echo=True)
+        assert got == "The capital of France is" + plain, (stream, got)
+    user = [{"role": "user", "content": "Name a colour."}]
+    assert chat_text(client, model_name, user, echo=True) == chat_text(client, model_name, user)
+    as_rendered = chat_text(client, model_name, user, add_generation_prompt=False)
+    assert chat_text(client, model_name, user, True, add_generation_prompt=False, echo=True) == \
+        "Name a colour." + as_rendered
