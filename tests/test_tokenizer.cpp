@@ -82,6 +82,23 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, Conformance, ::testing::ValuesIn(cases()),
 
 // Pre-tokenizer patterns come from tokenizer files: one that backtracks
 // without end fails with an error naming it, and long ordinary input still matches.
+// A model's rows past the tokenizer's ids (Qwen's 151,936 for 151,669
+// tokens) can be sampled from a random or badly trained model: they stream no
+// text, and the text around them is the tokens' own.
+TEST(StreamDecoder, IdsPastTheVocabularyHaveNoText) {
+  const std::string path = shared_dir() + "/tokenizers/qwen3";
+  if (!std::filesystem::exists(path)) WICK_SKIP_OR_FAIL("shared tokenizers not found at " << path);
+  auto tk = Tokenizer::load(path);
+  const auto ids = tk->encode("Hello, world");
+  StreamDecoder sd(*tk);
+  std::string streamed = sd.push(ids[0]);
+  streamed += sd.push(tk->n_vocab() + 5);
+  for (size_t i = 1; i < ids.size(); ++i) streamed += sd.push(ids[i]);
+  streamed += sd.push(-1);
+  streamed += sd.finish();
+  EXPECT_EQ(streamed, "Hello, world");
+}
+
 TEST(Regex, RunsUnderMatchLimits) {
   const Regex bad("(a+)+$");
   std::vector<std::pair<size_t, size_t>> out;

@@ -110,7 +110,8 @@ bool answer_load_request(RouteContext& ctx, const json& body, bool chat, KeepAli
   if (chat) {
     auto it = body.find("messages");
     if (it != body.end() && !it->is_null() && !(it->is_array() && it->empty())) return false;
-  } else if (!field<std::string>(body, "prompt").value_or("").empty()) {
+  } else if (!field<std::string>(body, "prompt").value_or("").empty() ||
+             !field<std::string>(body, "suffix").value_or("").empty()) {
     return false;
   }
   const std::string name = ollama_model_name(body);

@@ -92,6 +92,18 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
   r.stop = parse_stop(obj, spec.stop_key, spec.n_stop_max);
 }
 
+std::vector<int32_t> fim_prompt(const ModelView& m, const std::string& param,
+                                const std::string& prefix, const std::string& suffix,
+                                const std::string& middle, const std::vector<InfillFile>& files) {
+  const auto fim = find_fim_tokens(m.tokenizer);
+  if (!fim)
+    bad(param,
+        fmt::format("'{}' has no fill-in-the-middle tokens (a code model's "
+                    "<|fim_prefix|>, <fim_prefix>, ...) to write between a prefix and a suffix",
+                    m.name));
+  return infill_prompt(m.tokenizer, *fim, prefix, suffix, middle, files);
+}
+
 int32_t parse_top_logprobs(const json& obj) {
   const auto n_top = field<int64_t>(obj, "top_logprobs");
   if (n_top && (*n_top < 0 || *n_top > 20)) bad("top_logprobs", "top_logprobs must be in [0, 20]");

@@ -18,6 +18,7 @@
 #include "engine/session.h"
 #include "grammar/grammar.h"
 #include "server/api_types.h"
+#include "text/infill.h"
 #include "text/tokenizer.h"
 #include "text/tool_calls.h"
 
@@ -110,6 +111,13 @@ void parse_token_controls(const json& obj, const ModelView& m, GenerateRequest& 
 // The span cache's repair extras: span_recompute (tokens at each span's
 // start, >= 0) and span_blend (fraction of each span, in [0, 1]).
 void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// Fill-in-the-middle (completions' and Ollama's suffix, llama.cpp's /infill):
+// the prefix, suffix and middle laid out with the model's FIM tokens
+// (text/infill.h); a model without them is a 400 naming `param`.
+std::vector<int32_t> fim_prompt(const ModelView& m, const std::string& param,
+                                const std::string& prefix, const std::string& suffix,
+                                const std::string& middle = "",
+                                const std::vector<InfillFile>& files = {});
 // "logprobs" (bool) and "top_logprobs" (0-20) as OpenAI's chat and Ollama
 // take them; top_logprobs without logprobs is a 400. Returns the engine's
 // top_logprobs: -1 when off.

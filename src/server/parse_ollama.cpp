@@ -27,10 +27,13 @@ const SamplingSpec kOllamaSampling = {
 
 namespace {
 
-// /api/generate: the prompt as is with raw, else as one user turn (after an
-// optional system turn) through the chat template.
+// /api/generate: with a suffix, the text between the prompt and it (fill in
+// the middle, no template); else the prompt as is with raw, or as one user
+// turn (after an optional system turn) through the chat template.
 std::vector<int32_t> generate_prompt(const json& b, const ModelView& m, const json& extra) {
   const std::string p = field<std::string>(b, "prompt").value_or("");
+  if (const std::string suffix = field<std::string>(b, "suffix").value_or(""); !suffix.empty())
+    return fim_prompt(m, "suffix", p, suffix);
   if (p.empty()) bad("prompt", "'prompt' is required");
   if (field<bool>(b, "raw").value_or(false)) return m.tokenizer.encode(p, {.add_special = true});
   json msgs = json::array();
@@ -89,7 +92,9 @@ OllamaRequest parse_ollama(const json& b, bool chat, const ModelView& m, uint64_
   } else {
     g.prompt = generate_prompt(b, m, think_kwargs(b, m));
   }
-  if (chat || !field<bool>(b, "raw").value_or(false)) r.reasoning = reasoning_setup(m, g.prompt);
+  const bool infill = !chat && !field<std::string>(b, "suffix").value_or("").empty();
+  if (chat || !(infill || field<bool>(b, "raw").value_or(false)))
+    r.reasoning = reasoning_setup(m, g.prompt);
   const json o = b.value("options", json::object());
   if (!o.is_object()) bad("options", "'options' must be an object", "invalid_type");
   g.sampling = parse_sampling(o, kOllamaSampling, random_seed);

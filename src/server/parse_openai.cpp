@@ -32,9 +32,15 @@ namespace {
 constexpr size_t kMaxPrompts = 128;  // in one completions request
 
 // A string (encoded with the tokenizer's specials) or an array of token ids.
-std::vector<int32_t> completion_prompt(const json& p, const ModelView& m) {
+// suffix: fill in the middle between the prompt's text and it (text only).
+std::vector<int32_t> completion_prompt(const json& p, const ModelView& m,
+                                       const std::optional<std::string>& suffix) {
   const std::string type_error =
       "'prompt' must be a string, an array of token ids, or an array of either";
+  if (suffix) {
+    if (!p.is_string()) bad("suffix", "'suffix' needs a text prompt", "invalid_type");
+    return fim_prompt(m, "suffix", p.get<std::string>(), *suffix);
+  }
   if (p.is_string()) {
     auto prompt = m.tokenizer.encode(p.get<std::string>(), {.add_special = true});
     if (prompt.empty()) bad("prompt", "'prompt' is empty");
@@ -133,6 +139,9 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
   } else {
     if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
     const json& p = b["prompt"];
+    const auto suffix = field<std::string>(b, "suffix");
+    if (suffix && field<bool>(b, "echo").value_or(false))
+      bad("echo", "echo cannot be combined with suffix");
     // one completion per string or per array of ids
     if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
       if (p.size() > kMaxPrompts)
@@ -141,7 +150,7 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
         if (p[i].is_string() != p[0].is_string())
           bad("prompt", "a list of prompts holds strings or arrays of token ids, not both",
               "invalid_type");
-        auto ids = completion_prompt(p[i], m);
+        auto ids = completion_prompt(p[i], m, suffix);
         check_fits(ids.size(), m.n_ctx, "prompt");
         if (i == 0)
           g.prompt = std::move(ids);
@@ -149,7 +158,7 @@ OpenAiRequest parse_openai(const json& b, bool chat, const ModelView& m, uint64_
           r.more_prompts.push_back(std::move(ids));
       }
     } else {
-      g.prompt = completion_prompt(p, m);
+      g.prompt = completion_prompt(p, m, suffix);
     }
     r.token_prompts = p.is_array() && !p.empty() && !p[0].is_string();
   }

@@ -11,7 +11,9 @@ namespace wick::server {
 
 namespace {
 
+// A sampled id past the tokenizer's (a model's padding rows) has no text.
 std::string token_text(const Tokenizer& tk, int32_t id) {
+  if (id < 0 || id >= tk.n_vocab()) return "";
   return tk.decode(std::vector<int32_t>{id}, false);
 }
 
@@ -79,7 +81,7 @@ json prompt_logprobs_json(const Tokenizer& tk, const GenerateResult& g, size_t n
   auto entry = [&](int32_t id, float lp, json rank) {
     return json{{"logprob", lp},
                 {"rank", rank},
-                {"decoded_token", tk.decode(std::vector<int32_t>{id}, false)}};
+                {"decoded_token", token_text(tk, id)}};
   };
   for (const auto& t : g.prompt_logprobs) {
     if (!t) {

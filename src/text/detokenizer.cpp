@@ -28,6 +28,9 @@ std::string StreamDecoder::delta(bool final) {
 }
 
 std::string StreamDecoder::push(int32_t id) {
+  // a model's padding rows past the tokenizer's ids (Qwen's 151,936 rows for
+  // 151,669 tokens) have no text: they decode to nothing, as in HF
+  if (id < 0 || id >= tk_.n_vocab()) return "";
   ids_.push_back(id);
   return delta(false);
 }

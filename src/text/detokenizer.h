@@ -3,7 +3,8 @@
 // equals decode() of all the ids, except where byte tokens form invalid
 // UTF-8: decode() then replaces the whole run of bytes (as HF's ByteFallback
 // does), while the stream may already have sent a valid prefix of it
-// (found by fuzz_detokenizer; both are valid UTF-8).
+// (found by fuzz_detokenizer; both are valid UTF-8). Ids past the
+// tokenizer's (a model's padding rows) give no text.
 #pragma once
 
 #include <string>

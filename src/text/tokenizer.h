@@ -89,6 +89,8 @@ class Tokenizer {
 
   // Ids from the file's metadata (nullopt when absent).
   std::optional<int32_t> bos_id, eos_id, unk_id, pad_id;
+  // GGUF's fill-in-the-middle ids (text/infill.h finds them by name otherwise)
+  std::optional<int32_t> fim_pre_id, fim_suf_id, fim_mid_id, fim_sep_id;
   std::string chat_template;          // from tokenizer_config.json or GGUF metadata
   std::string bos_token, eos_token;   // their text, for templates
   bool strips_leading_space() const;  // SentencePiece decoders drop the first space

@@ -336,6 +336,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   tk->eos_id = id_of("tokenizer.ggml.eos_token_id");
   tk->unk_id = id_of("tokenizer.ggml.unknown_token_id");
   tk->pad_id = id_of("tokenizer.ggml.padding_token_id");
+  tk->fim_pre_id = id_of("tokenizer.ggml.fim_pre_token_id");
+  if (!tk->fim_pre_id) tk->fim_pre_id = id_of("tokenizer.ggml.prefix_token_id");  // older files
+  tk->fim_suf_id = id_of("tokenizer.ggml.fim_suf_token_id");
+  if (!tk->fim_suf_id) tk->fim_suf_id = id_of("tokenizer.ggml.suffix_token_id");
+  tk->fim_mid_id = id_of("tokenizer.ggml.fim_mid_token_id");
+  if (!tk->fim_mid_id) tk->fim_mid_id = id_of("tokenizer.ggml.middle_token_id");
+  tk->fim_sep_id = id_of("tokenizer.ggml.fim_sep_token_id");
   // unknown (2) and control (3) tokens are special; user-defined (4) are
   // always-parsed added tokens
   for (size_t i = 0; i < types.size(); ++i)

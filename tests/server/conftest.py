@@ -1,5 +1,7 @@
 """Starts real `wick serve` processes on loopback for the server tests."""
+import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -14,6 +16,34 @@ CI = os.environ.get("CI", "").lower() in ("true", "1")
 # Sanitizer builds (make test-asan, make test-tsan) run several times slower:
 # the waits for the server to become ready or idle stretch by this factor.
 TIME_SCALE = float(os.environ.get("WICK_TEST_TIME_SCALE", "1"))
+
+
+SHARED = os.environ.get("WICK_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
+QWEN3_TOKENIZER = os.path.join(SHARED, "tokenizers", "qwen3")
+QWEN3_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's 151,669 ids fit)
+QWEN3_IM_END = 151645
+
+
+def qwen3_vocab_model(out):
+    """The tiny Qwen3 fixture with its embedding grown to Qwen3's vocabulary (random
+    rows), next to the real Qwen3 tokenizer and chat template, written to the folder
+    `out` (a pathlib.Path): a random-weight model that reads and writes real text."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    tiny = os.path.join(SHARED, "fixtures", "tiny-models", "qwen3")
+    if not (os.path.isdir(tiny) and os.path.isdir(QWEN3_TOKENIZER)):
+        skip_or_fail(f"../shared fixtures not found at {SHARED}")
+    tensors = load_file(os.path.join(tiny, "model.safetensors"))
+    emb = tensors["model.embed_tokens.weight"]
+    rng = np.random.default_rng(7)
+    tensors["model.embed_tokens.weight"] = (rng.standard_normal((QWEN3_VOCAB, emb.shape[1])) * 0.02).astype(np.float32)
+    save_file(tensors, str(out / "model.safetensors"))
+    config = json.load(open(os.path.join(tiny, "config.json")))
+    config.update(vocab_size=QWEN3_VOCAB, eos_token_id=QWEN3_IM_END, bos_token_id=None, max_position_embeddings=4096)
+    json.dump(config, open(out / "config.json", "w"))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(QWEN3_TOKENIZER, f), out / f)
+    return str(out)
 
 
 def skip_or_fail(msg):

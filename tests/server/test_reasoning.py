@@ -4,22 +4,14 @@ Qwen3 tokenizer and chat template (which names <think>), forced by a grammar to 
 Ollama chat (`think`), the Responses API's reasoning item, /api/show's capability and
 --reasoning-format none, through the `openai` and `ollama` packages."""
 import json
-import os
-import shutil
 
-import numpy as np
 import ollama
 import openai
 import pytest
 import requests
 
-from conftest import Server, skip_or_fail
+from conftest import Server, qwen3_vocab_model
 
-SHARED = os.environ.get("WICK_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
-TINY_QWEN3 = os.path.join(SHARED, "fixtures", "tiny-models", "qwen3")
-TOKENIZER = os.path.join(SHARED, "tokenizers", "qwen3")
-N_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's 151,669 ids fit)
-IM_END = 151645
 # the answer the grammar forces: reasoning in tags, then the content
 GRAMMAR = 'root ::= "<think>" [a-z]{2,6} " " [a-z]{2,6} "</think>" [a-z]{3,8}'
 MSGS = [{"role": "user", "content": "Why is the sky blue?"}]
@@ -27,23 +19,8 @@ MSGS = [{"role": "user", "content": "Why is the sky blue?"}]
 
 @pytest.fixture(scope="module")
 def thinking_model(tmp_path_factory):
-    """The tiny Qwen3 fixture with its embedding grown to Qwen3's vocabulary (random rows),
-    next to the Qwen3 tokenizer files: a model whose template thinks in <think> tags."""
-    if not (os.path.isdir(TINY_QWEN3) and os.path.isdir(TOKENIZER)):
-        skip_or_fail(f"../shared fixtures not found at {SHARED}")
-    from safetensors.numpy import load_file, save_file
-    out = tmp_path_factory.mktemp("thinking-qwen3")
-    tensors = load_file(os.path.join(TINY_QWEN3, "model.safetensors"))
-    emb = tensors["model.embed_tokens.weight"]
-    rng = np.random.default_rng(7)
-    tensors["model.embed_tokens.weight"] = (rng.standard_normal((N_VOCAB, emb.shape[1])) * 0.02).astype(np.float32)
-    save_file(tensors, str(out / "model.safetensors"))
-    config = json.load(open(os.path.join(TINY_QWEN3, "config.json")))
-    config.update(vocab_size=N_VOCAB, eos_token_id=IM_END, bos_token_id=None, max_position_embeddings=4096)
-    json.dump(config, open(out / "config.json", "w"))
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER, f), out / f)
-    return str(out)
+    """The Qwen3-vocabulary model (conftest): its template thinks in <think> tags."""
+    return qwen3_vocab_model(tmp_path_factory.mktemp("thinking-qwen3"))
 
 
 @pytest.fixture(scope="module")
