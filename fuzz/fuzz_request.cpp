@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "fuzz_input.h"
+#include "server/llamacpp_api.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
 #include "server/parse_responses.h"
@@ -66,6 +67,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)ollama_model_name(body);
       OllamaRequest r = parse_ollama(body, chat, m, 7);
       check(r.gen, m);
+    });
+    expect_4xx_or_ok([&] {  // llama.cpp's /infill (chat) and /completion
+      (void)llamacpp_model_name(body);
+      check(parse_llamacpp(body, chat, m, 7).gen, m);
     });
   }
   // the Responses API, alone and after a previous response's conversation

@@ -13,6 +13,7 @@
 #include "server/access.h"
 #include "server/connection.h"
 #include "server/engine_loop.h"
+#include "server/llamacpp_api.h"
 #include "server/model_lookup.h"
 #include "server/parse_ollama.h"
 #include "server/parse_openai.h"
@@ -304,6 +305,33 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
   }
 }
 
+// llama.cpp's /completion and /infill; errors in OpenAI's shape, as llama.cpp's are.
+void llamacpp_generate(Api& api, bool infill, const httplib::Request& req, httplib::Response& res) {
+  const std::string endpoint = infill ? "/infill" : "/completion";
+  try {
+    const json body = parse_body(req.body);
+    auto m = find_model(llamacpp_model_name(body), api.cfg.default_model, true);
+    const LlamaCppRequest r = parse_llamacpp(body, infill, api.view(*m), std::random_device{}());
+    const auto t0 = Clock::now();
+    auto use = api.routes.pool.use(m, keep_alive_of(body, api.cfg.keep_alive));
+    const Channels chans = api.sub.submit(m, r.gen, 1);
+    const std::string model = r.model.empty() ? api.cfg.default_model : r.model;
+    if (!r.stream) {
+      send_json(res, 200, llamacpp_final(model, t0, api.sub.wait(chans)[0], true));
+      api.metrics.count_request(endpoint, 200);
+      return;
+    }
+    api.metrics.count_request(endpoint, 200);
+    res.set_header("Cache-Control", "no-cache");
+    api.sub.respond(
+        res, "text/event-stream", chans,
+        std::make_shared<HeldStream>(std::make_shared<LlamaCppStream>(model, t0), std::move(use)));
+  } catch (const ApiError& e) {
+    api.metrics.count_request(endpoint, e.status);
+    send_json(res, e.status, openai_error(e));
+  }
+}
+
 void register_openai(httplib::Server& svr, Api& api) {
   auto served_names = [&api] {
     std::set<std::string> names{api.cfg.default_model};
@@ -493,6 +521,12 @@ int serve(const ServerConfig& cfg) {
   register_worker(svr, api);
   register_openai(svr, api);
   register_ollama(svr, api);
+  svr.Post("/completion", [&api](const httplib::Request& req, httplib::Response& res) {
+    llamacpp_generate(api, false, req, res);
+  });
+  svr.Post("/infill", [&api](const httplib::Request& req, httplib::Response& res) {
+    llamacpp_generate(api, true, req, res);
+  });
   register_responses(svr, api.routes, api.sub, api.responses);
   register_lifecycle(svr, api.routes);
   register_embeddings(svr, api.routes);

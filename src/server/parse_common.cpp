@@ -238,6 +238,17 @@ std::string ollama_format_gbnf(const json& f) {
   }
 }
 
+// llama.cpp's json_schema: a schema object ({} takes any JSON value).
+std::string json_schema_gbnf(const json& schema) {
+  if (!schema.is_object() && !schema.is_boolean())
+    bad("json_schema", "'json_schema' must be a JSON schema object", "invalid_type");
+  try {
+    return grammar::json_schema_to_gbnf(schema);
+  } catch (const grammar::GrammarError& e) {
+    bad("json_schema", e.what(), "unsupported_schema");
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -306,11 +317,14 @@ void vllm_formats(const json& obj, std::vector<FormatAsk>& out) {
 }  // namespace
 
 std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which) {
-  const char* key = which == FormatField::OllamaFormat ? "format" : "response_format";
+  const char* key = which == FormatField::OllamaFormat         ? "format"
+                    : which == FormatField::LlamaCppJsonSchema ? "json_schema"
+                                                               : "response_format";
   std::vector<FormatAsk> asks;
   if (auto it = obj.find(key); it != obj.end() && !it->is_null()) {
-    std::string gbnf =
-        which == FormatField::OllamaFormat ? ollama_format_gbnf(*it) : response_format_gbnf(*it);
+    std::string gbnf = which == FormatField::OllamaFormat         ? ollama_format_gbnf(*it)
+                       : which == FormatField::LlamaCppJsonSchema ? json_schema_gbnf(*it)
+                                                                  : response_format_gbnf(*it);
     if (!gbnf.empty()) asks.push_back({key, std::move(gbnf)});
   }
   if (auto text = field<std::string>(obj, "grammar")) {

@@ -134,7 +134,10 @@ void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, boo
 // Ollama's "format" ("json" or a schema object). Null when none asks for
 // one; two are a 400; a bad grammar, regex or schema (unsupported keywords
 // named) is a 400 naming the field.
-enum class FormatField { OpenAiResponseFormat, OllamaFormat };
+// The field naming an output format besides "grammar" (GBNF): OpenAI's
+// response_format (and vLLM's guided_*), Ollama's format, llama.cpp's
+// json_schema.
+enum class FormatField { OpenAiResponseFormat, OllamaFormat, LlamaCppJsonSchema };
 std::shared_ptr<const grammar::Grammar> parse_grammar(const json& obj, FormatField which);
 // How an answer to a prompt rendered through m's chat template is read for reasoning.
 ReasoningSetup reasoning_setup(const ModelView& m, const std::vector<int32_t>& prompt);

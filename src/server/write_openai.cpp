@@ -79,9 +79,7 @@ json echo_logprobs_json(const Tokenizer& tk, const OpenAiRequest& r,
 json prompt_logprobs_json(const Tokenizer& tk, const GenerateResult& g, size_t n_top) {
   json out = json::array();
   auto entry = [&](int32_t id, float lp, json rank) {
-    return json{{"logprob", lp},
-                {"rank", rank},
-                {"decoded_token", token_text(tk, id)}};
+    return json{{"logprob", lp}, {"rank", rank}, {"decoded_token", token_text(tk, id)}};
   };
   for (const auto& t : g.prompt_logprobs) {
     if (!t) {

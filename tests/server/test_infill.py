@@ -4,6 +4,7 @@ tokenizer (whose vocabulary has <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>),
 through the `ollama` package lay out the prompt as HF `tokenizers` encodes the same text
 with the FIM tokens written in, and answer what plain completion of those ids answers;
 a model without FIM tokens is a 400 naming `suffix`."""
+import json
 import os
 
 import ollama
@@ -76,3 +77,59 @@ def test_suffix_errors(fim_server, server, model_name):
     r = requests.post(server.url + "/api/generate", timeout=30,
                       json={"model": model_name, "prompt": "a", "suffix": "x", "stream": False})
     assert r.status_code == 400 and "fill-in-the-middle" in r.json()["error"]
+
+
+def sse_events(resp):
+    return [json.loads(line[len("data: "):]) for line in resp.content.decode().splitlines() if line.startswith("data: ")]
+
+
+def test_llamacpp_infill(fim_server):
+    """llama.cpp's /infill (the editors' FIM endpoint): input_prefix, input_suffix and
+    input_extra files laid out as HF `tokenizers` encodes the same text, the answer that
+    plain completion of those ids gives, whole and streamed."""
+    files = [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}]
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": files, "prompt": "return",
+            "n_predict": 8, "temperature": 0}
+    want = hf_ids("<|file_sep|>util.py\n" + files[0]["text"] + "<|fim_prefix|>" + PREFIX + "<|fim_suffix|>" +
+                  SUFFIX + "<|fim_middle|>return")
+    r = requests.post(fim_server.url + "/infill", json=body, timeout=60)
+    r.raise_for_status()
+    j = r.json()
+    assert j["stop"] is True and j["tokens_evaluated"] == len(want) and j["tokens_predicted"] == 8
+    assert j["stop_type"] == "limit" and j["timings"]["predicted_n"] == 8
+    plain = oa(fim_server).completions.create(model="", prompt=want, temperature=0, max_tokens=8)
+    assert j["content"] == plain.choices[0].text
+    events = sse_events(requests.post(fim_server.url + "/infill", json={**body, "stream": True}, timeout=60))
+    assert all(e["stop"] is False for e in events[:-1]) and events[-1]["stop"] is True
+    assert "".join(e["content"] for e in events) == j["content"]
+    # without files or prompt: what completions' suffix answers
+    r = requests.post(fim_server.url + "/infill", timeout=60, json={
+        "input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 8, "temperature": 0})
+    suffix = oa(fim_server).completions.create(model="", prompt=PREFIX, suffix=SUFFIX, temperature=0, max_tokens=8)
+    assert r.json()["content"] == suffix.choices[0].text
+
+
+def test_llamacpp_completion(fim_server):
+    """llama.cpp's /completion: a text or token-id prompt, n_predict, stop; the answer
+    plain /v1/completions gives."""
+    prompt = "The capital of France is"
+    want = oa(fim_server).completions.create(model="", prompt=prompt, temperature=0, max_tokens=6)
+    for p in (prompt, hf_ids(prompt)):
+        j = requests.post(fim_server.url + "/completion", timeout=60,
+                          json={"prompt": p, "n_predict": 6, "temperature": 0}).json()
+        assert j["content"] == want.choices[0].text and j["tokens_evaluated"] == want.usage.prompt_tokens
+    events = sse_events(requests.post(fim_server.url + "/completion", timeout=60,
+                                      json={"prompt": prompt, "n_predict": 6, "temperature": 0, "stream": True}))
+    assert "".join(e["content"] for e in events) == want.choices[0].text and events[-1]["stop"] is True
+
+
+def test_llamacpp_errors(fim_server, server, model_name):
+    for body, param in (({"prompt": "x", "n_probs": 3}, "n_probs"), ({"prompt": 5}, "prompt"),
+                        ({"prompt": "x", "n_predict": 0}, "n_predict"),
+                        ({"prompt": "x", "json_schema": "no"}, "json_schema")):
+        r = requests.post(fim_server.url + "/completion", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    r = requests.post(fim_server.url + "/infill", json={"input_prefix": "a", "input_extra": [3]}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_extra[0]"
+    r = requests.post(server.url + "/infill", json={"model": model_name, "input_prefix": "a"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_prefix"

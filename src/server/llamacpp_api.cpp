@@ -1,0 +1,149 @@
+#include "server/llamacpp_api.h"
+
+namespace wick::server {
+
+namespace {
+
+constexpr size_t kMaxInfillFiles = 256;  // input_extra entries
+
+const SamplingSpec kLlamaCppSampling = {
+    .param_prefix = "",
+    .defaults = {.temperature = 0.8f,
+                 .top_k = 40,
+                 .top_p = 0.95f,
+                 .min_p = 0.05f,
+                 .repeat_penalty = 1.0f,
+                 .repeat_last_n = 64,
+                 .presence_penalty = 0.0f,
+                 .frequency_penalty = 0.0f},
+    .has_repeat_last_n = true,
+    .max_tokens_keys = {"n_predict"},
+    .negative_max_tokens_is_no_limit = true,
+    .max_tokens_error = "n_predict must be -1 (no limit) or in [1, 16777216]",
+    .stop_key = "stop",
+    .n_stop_max = 16,
+};
+
+std::string string_field(const json& b, const char* key) {
+  if (!b.contains(key) || b[key].is_null()) return "";
+  if (!b[key].is_string()) bad(key, fmt::format("'{}' must be a string", key), "invalid_type");
+  return b[key].get<std::string>();
+}
+
+// /completion's prompt: text (special-token text parsed, as llama.cpp does) or token ids.
+std::vector<int32_t> completion_prompt(const json& b, const ModelView& m) {
+  if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
+  const json& p = b["prompt"];
+  std::vector<int32_t> ids;
+  if (p.is_string()) {
+    ids = m.tokenizer.encode(p.get<std::string>(), {.add_special = true, .parse_special = true});
+  } else if (p.is_array()) {
+    for (const json& id : p) {
+      if (!id.is_number_integer())
+        bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
+      const int64_t v = id.get<int64_t>();
+      if (v < 0 || v >= m.tokenizer.n_vocab())
+        bad("prompt", fmt::format("token id {} is outside the vocabulary", v));
+      ids.push_back(int32_t(v));
+    }
+  } else {
+    bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
+  }
+  if (ids.empty()) bad("prompt", "'prompt' is empty");
+  return ids;
+}
+
+// /infill's: [files] PRE input_prefix SUF input_suffix MID prompt.
+std::vector<int32_t> infill_prompt(const json& b, const ModelView& m) {
+  std::vector<InfillFile> files;
+  if (b.contains("input_extra") && !b["input_extra"].is_null()) {
+    const json& extra = b["input_extra"];
+    if (!extra.is_array() || extra.size() > kMaxInfillFiles)
+      bad("input_extra",
+          fmt::format("'input_extra' must be an array of at most {} {{filename, text}} objects",
+                      kMaxInfillFiles),
+          "invalid_type");
+    for (size_t i = 0; i < extra.size(); ++i) {
+      const std::string p = fmt::format("input_extra[{}]", i);
+      if (!extra[i].is_object()) bad(p, p + " must be an object", "invalid_type");
+      files.push_back({string_field(extra[i], "filename"), string_field(extra[i], "text")});
+    }
+  }
+  return fim_prompt(m, "input_prefix", string_field(b, "input_prefix"),
+                    string_field(b, "input_suffix"), string_field(b, "prompt"), files);
+}
+
+std::string stop_type(const std::string& stop_reason) {
+  if (stop_reason == "eos") return "eos";
+  if (stop_reason == "stop") return "word";
+  if (stop_reason == "length" || stop_reason == "context") return "limit";
+  return "none";
+}
+
+}  // namespace
+
+std::string llamacpp_model_name(const json& body) {
+  return field<std::string>(body, "model").value_or("");
+}
+
+LlamaCppRequest parse_llamacpp(const json& b, bool infill, const ModelView& m,
+                               uint64_t random_seed) {
+  LlamaCppRequest r;
+  r.model = llamacpp_model_name(b);
+  r.stream = field<bool>(b, "stream").value_or(false);
+  if (field<int64_t>(b, "n_probs").value_or(0) > 0)
+    bad("n_probs", "n_probs is not answered on /completion; use /v1/completions with logprobs");
+  GenerateRequest& g = r.gen;
+  g.sampling = parse_sampling(b, kLlamaCppSampling, random_seed);
+  g.prompt = infill ? infill_prompt(b, m) : completion_prompt(b, m);
+  if (int64_t(g.prompt.size()) >= m.n_ctx)
+    bad(infill ? "input_prefix" : "prompt",
+        fmt::format("the prompt has {} tokens but the context holds {}", g.prompt.size(), m.n_ctx));
+  parse_limits(b, kLlamaCppSampling, int64_t(m.n_ctx) - int64_t(g.prompt.size()), g);
+  parse_token_controls(b, m, g);
+  g.grammar = parse_grammar(b, FormatField::LlamaCppJsonSchema);
+  return r;
+}
+
+json llamacpp_final(const std::string& model, std::chrono::steady_clock::time_point t0,
+                    const GenerateResult& g, bool with_text) {
+  const double total_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double prompt_ms = g.ttft_ms, predicted_ms = std::max(0.0, total_ms - g.ttft_ms);
+  const auto n_predicted = int64_t(g.tokens.size());
+  auto per_second = [](int64_t n, double ms) { return ms > 0 ? double(n) / ms * 1e3 : 0.0; };
+  return {{"content", with_text ? g.text : ""},
+          {"id_slot", 0},
+          {"stop", true},
+          {"model", model},
+          {"tokens_predicted", n_predicted},
+          {"tokens_evaluated", g.n_prompt},
+          {"tokens_cached", g.n_reused},
+          {"truncated", false},
+          {"stop_type", stop_type(g.stop_reason)},
+          {"stopping_word", ""},
+          {"timings",
+           {{"prompt_n", g.n_prefilled},
+            {"prompt_ms", prompt_ms},
+            {"prompt_per_second", per_second(g.n_prefilled, prompt_ms)},
+            {"predicted_n", n_predicted},
+            {"predicted_ms", predicted_ms},
+            {"predicted_per_second", per_second(n_predicted, predicted_ms)}}}};
+}
+
+std::string LlamaCppStream::text(size_t, const std::string& piece,
+                                 const std::vector<TokenLogprob>&) {
+  const json o = {{"content", piece}, {"id_slot", 0}, {"stop", false}};
+  return "data: " + o.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string LlamaCppStream::done(size_t, const GenerateResult& g) {
+  if (g.stop_reason.rfind("error", 0) == 0)
+    return "data: " +
+           json{{"error", {{"code", 500}, {"message", g.stop_reason}, {"type", "server_error"}}}}
+               .dump() +
+           "\n\n";
+  return "data: " + llamacpp_final(model_, t0_, g, false).dump() + "\n\n";
+}
+
+}  // namespace wick::server
