@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -134,6 +135,22 @@ Channels submit_all(Api& api, const std::shared_ptr<const LoadedModel>& m, const
   return chans;
 }
 
+// A generation's answer, counted 200: whole (the results once every choice
+// is done), or streamed through the writer, the model held while it runs.
+void answer(Api& api, httplib::Response& res, const std::string& endpoint, const Channels& chans,
+            bool stream, const std::function<json(const std::vector<GenerateResult>&)>& whole,
+            const char* content_type, std::shared_ptr<StreamWriter> writer, ModelPool::Use use) {
+  if (!stream) {
+    send_json(res, 200, whole(api.sub.wait(chans)));
+    api.metrics.count_request(endpoint, 200);
+    return;
+  }
+  api.metrics.count_request(endpoint, 200);
+  res.set_header("Cache-Control", "no-cache");
+  api.sub.respond(res, content_type, chans,
+                  std::make_shared<HeldStream>(std::move(writer), std::move(use)));
+}
+
 void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib::Response& res) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
   try {
@@ -146,16 +163,10 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
     const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", api.next_id++),
                           unix_now(), r.model.empty() ? api.cfg.default_model : r.model};
-    if (!r.stream) {
-      send_json(res, 200, openai_response(r, meta, api.sub.wait(chans), *m->tokenizer));
-      api.metrics.count_request(endpoint, 200);
-      return;
-    }
-    api.metrics.count_request(endpoint, 200);
-    res.set_header("Cache-Control", "no-cache");
-    api.sub.respond(
-        res, "text/event-stream", chans,
-        std::make_shared<HeldStream>(std::make_shared<OpenAiStream>(r, meta, m), std::move(use)));
+    answer(
+        api, res, endpoint, chans, r.stream,
+        [&](const auto& results) { return openai_response(r, meta, results, *m->tokenizer); },
+        "text/event-stream", std::make_shared<OpenAiStream>(r, meta, m), std::move(use));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
@@ -290,15 +301,10 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
     const auto t0 = Clock::now();
     auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = api.sub.submit(m, r.gen, 1);
-    if (!r.stream) {
-      send_json(res, 200, ollama_response(r, *m->tokenizer, t0, api.sub.wait(chans)[0]));
-      api.metrics.count_request(endpoint, 200);
-      return;
-    }
-    api.metrics.count_request(endpoint, 200);
-    api.sub.respond(
-        res, "application/x-ndjson", chans,
-        std::make_shared<HeldStream>(std::make_shared<OllamaStream>(r, m, t0), std::move(use)));
+    answer(
+        api, res, endpoint, chans, r.stream,
+        [&](const auto& results) { return ollama_response(r, *m->tokenizer, t0, results[0]); },
+        "application/x-ndjson", std::make_shared<OllamaStream>(r, m, t0), std::move(use));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, ollama_error(e));
@@ -316,16 +322,10 @@ void llamacpp_generate(Api& api, bool infill, const httplib::Request& req, httpl
     auto use = api.routes.pool.use(m, keep_alive_of(body, api.cfg.keep_alive));
     const Channels chans = api.sub.submit(m, r.gen, 1);
     const std::string model = r.model.empty() ? api.cfg.default_model : r.model;
-    if (!r.stream) {
-      send_json(res, 200, llamacpp_final(model, t0, api.sub.wait(chans)[0], true));
-      api.metrics.count_request(endpoint, 200);
-      return;
-    }
-    api.metrics.count_request(endpoint, 200);
-    res.set_header("Cache-Control", "no-cache");
-    api.sub.respond(
-        res, "text/event-stream", chans,
-        std::make_shared<HeldStream>(std::make_shared<LlamaCppStream>(model, t0), std::move(use)));
+    answer(
+        api, res, endpoint, chans, r.stream,
+        [&](const auto& results) { return llamacpp_final(model, t0, results[0], true); },
+        "text/event-stream", std::make_shared<LlamaCppStream>(model, t0), std::move(use));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
