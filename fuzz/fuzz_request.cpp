@@ -69,7 +69,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(r.gen, m);
     });
     expect_4xx_or_ok([&] {  // llama.cpp's /infill (chat) and /completion
-      (void)llamacpp_model_name(body);
       check(parse_llamacpp(body, chat, m, 7).gen, m);
     });
   }

@@ -316,7 +316,7 @@ void llamacpp_generate(Api& api, bool infill, const httplib::Request& req, httpl
   const std::string endpoint = infill ? "/infill" : "/completion";
   try {
     const json body = parse_body(req.body);
-    auto m = find_model(llamacpp_model_name(body), api.cfg.default_model, true);
+    auto m = find_model(openai_model_name(body), api.cfg.default_model, true);
     const LlamaCppRequest r = parse_llamacpp(body, infill, api.view(*m), std::random_device{}());
     const auto t0 = Clock::now();
     auto use = api.routes.pool.use(m, keep_alive_of(body, api.cfg.keep_alive));

@@ -34,21 +34,10 @@ std::string string_field(const json& b, const char* key) {
 std::vector<int32_t> completion_prompt(const json& b, const ModelView& m) {
   if (!b.contains("prompt")) bad("prompt", "'prompt' is required", "missing_field");
   const json& p = b["prompt"];
-  std::vector<int32_t> ids;
-  if (p.is_string()) {
-    ids = m.tokenizer.encode(p.get<std::string>(), {.add_special = true, .parse_special = true});
-  } else if (p.is_array()) {
-    for (const json& id : p) {
-      if (!id.is_number_integer())
-        bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
-      const int64_t v = id.get<int64_t>();
-      if (v < 0 || v >= m.tokenizer.n_vocab())
-        bad("prompt", fmt::format("token id {} is outside the vocabulary", v));
-      ids.push_back(int32_t(v));
-    }
-  } else {
-    bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
-  }
+  const std::vector<int32_t> ids =
+      p.is_string()
+          ? m.tokenizer.encode(p.get<std::string>(), {.add_special = true, .parse_special = true})
+          : parse_token_ids(p, m, "prompt", "'prompt' must be a string or an array of token ids");
   if (ids.empty()) bad("prompt", "'prompt' is empty");
   return ids;
 }
@@ -82,14 +71,10 @@ std::string stop_type(const std::string& stop_reason) {
 
 }  // namespace
 
-std::string llamacpp_model_name(const json& body) {
-  return field<std::string>(body, "model").value_or("");
-}
-
 LlamaCppRequest parse_llamacpp(const json& b, bool infill, const ModelView& m,
                                uint64_t random_seed) {
   LlamaCppRequest r;
-  r.model = llamacpp_model_name(b);
+  r.model = field<std::string>(b, "model").value_or("");
   r.stream = field<bool>(b, "stream").value_or(false);
   if (field<int64_t>(b, "n_probs").value_or(0) > 0)
     bad("n_probs", "n_probs is not answered on /completion; use /v1/completions with logprobs");

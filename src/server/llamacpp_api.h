@@ -19,8 +19,6 @@ struct LlamaCppRequest {
   bool stream = false;
 };
 
-// body's "model" (absent: the server's default).
-std::string llamacpp_model_name(const json& body);
 // llama.cpp's names and defaults: n_predict (-1: no limit), temperature
 // (0.8), top_k (40), top_p (0.95), min_p (0.05), repeat_penalty (1.0),
 // repeat_last_n (64), presence_penalty, frequency_penalty, seed, stop,

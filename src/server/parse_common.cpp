@@ -92,6 +92,23 @@ void parse_limits(const json& obj, const SamplingSpec& spec, int64_t room, Gener
   r.stop = parse_stop(obj, spec.stop_key, spec.n_stop_max);
 }
 
+std::vector<int32_t> parse_token_ids(const json& arr, const ModelView& m, const std::string& param,
+                                     const std::string& type_error) {
+  if (!arr.is_array()) bad(param, type_error, "invalid_type");
+  const int32_t n_vocab = m.tokenizer.n_vocab();
+  std::vector<int32_t> ids;
+  ids.reserve(arr.size());
+  for (const json& x : arr) {
+    // Checked one by one: a float or a string is a 400, not a conversion error.
+    if (!x.is_number_integer()) bad(param, type_error, "invalid_type");
+    const int64_t id = x.get<int64_t>();
+    if (id < 0 || id >= n_vocab)
+      bad(param, fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab));
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
 std::vector<int32_t> fim_prompt(const ModelView& m, const std::string& param,
                                 const std::string& prefix, const std::string& suffix,
                                 const std::string& middle, const std::vector<InfillFile>& files) {
@@ -195,6 +212,15 @@ void parse_prompt_logprobs(const json& obj, const std::string& param_prefix, boo
 
 namespace {
 
+// A JSON schema's GBNF; a keyword outside the supported subset is a 400 naming param.
+std::string schema_gbnf(const json& schema, const std::string& param) {
+  try {
+    return grammar::json_schema_to_gbnf(schema);
+  } catch (const grammar::GrammarError& e) {
+    bad(param, e.what(), "unsupported_schema");
+  }
+}
+
 // GBNF text for OpenAI's response_format; empty for plain text.
 std::string response_format_gbnf(const json& rf) {
   if (!rf.is_object())
@@ -215,11 +241,7 @@ std::string response_format_gbnf(const json& rf) {
   if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
     bad("response_format.json_schema.schema",
         "response_format.json_schema.schema must be a JSON schema object", "missing_field");
-  try {
-    return grammar::json_schema_to_gbnf(*schema);
-  } catch (const grammar::GrammarError& e) {
-    bad("response_format.json_schema.schema", e.what(), "unsupported_schema");
-  }
+  return schema_gbnf(*schema, "response_format.json_schema.schema");
 }
 
 // GBNF text for Ollama's format; empty for none.
@@ -231,22 +253,14 @@ std::string ollama_format_gbnf(const json& f) {
   }
   if (!f.is_object())
     bad("format", "'format' must be \"json\" or a JSON schema object", "invalid_type");
-  try {
-    return grammar::json_schema_to_gbnf(f);
-  } catch (const grammar::GrammarError& e) {
-    bad("format", e.what(), "unsupported_schema");
-  }
+  return schema_gbnf(f, "format");
 }
 
 // llama.cpp's json_schema: a schema object ({} takes any JSON value).
 std::string json_schema_gbnf(const json& schema) {
   if (!schema.is_object() && !schema.is_boolean())
     bad("json_schema", "'json_schema' must be a JSON schema object", "invalid_type");
-  try {
-    return grammar::json_schema_to_gbnf(schema);
-  } catch (const grammar::GrammarError& e) {
-    bad("json_schema", e.what(), "unsupported_schema");
-  }
+  return schema_gbnf(schema, "json_schema");
 }
 
 }  // namespace

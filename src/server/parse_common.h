@@ -111,6 +111,11 @@ void parse_token_controls(const json& obj, const ModelView& m, GenerateRequest& 
 // The span cache's repair extras: span_recompute (tokens at each span's
 // start, >= 0) and span_blend (fraction of each span, in [0, 1]).
 void parse_span_repair(const json& obj, const std::string& param_prefix, GenerateRequest& r);
+// An array of token ids of m's vocabulary (a prompt, /detokenize's tokens):
+// a non-integer is a 400 with type_error, an id outside the vocabulary one
+// naming it; both name param.
+std::vector<int32_t> parse_token_ids(const json& arr, const ModelView& m, const std::string& param,
+                                     const std::string& type_error);
 // Fill-in-the-middle (completions' and Ollama's suffix, llama.cpp's /infill):
 // the prefix, suffix and middle laid out with the model's FIM tokens
 // (text/infill.h); a model without them is a 400 naming `param`.

@@ -47,16 +47,7 @@ std::vector<int32_t> completion_prompt(const json& p, const ModelView& m,
     return prompt;
   }
   if (!p.is_array() || p.empty()) bad("prompt", type_error, "invalid_type");
-  std::vector<int32_t> prompt;
-  for (const json& id : p) {
-    // Checked one by one: a float or a string is a 400, not a conversion error.
-    if (!id.is_number_integer()) bad("prompt", type_error, "invalid_type");
-    const int64_t v = id.get<int64_t>();
-    if (v < 0 || v >= m.tokenizer.n_vocab())
-      bad("prompt", fmt::format("token id {} is outside the vocabulary", v));
-    prompt.push_back(int32_t(v));
-  }
-  return prompt;
+  return parse_token_ids(p, m, "prompt", type_error);
 }
 
 void check_fits(size_t n_prompt, int32_t n_ctx, const char* param) {

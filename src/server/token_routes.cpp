@@ -65,15 +65,8 @@ json detokenize(RouteContext& ctx, const json& body) {
   if (!it->is_array()) bad("tokens", "'tokens' must be an array of token ids", "invalid_type");
   if (it->size() > kMaxDetokenize)
     bad("tokens", fmt::format("'tokens' takes at most {} ids", kMaxDetokenize));
-  const int32_t n_vocab = m->tokenizer->n_vocab();
-  std::vector<int32_t> ids;
-  for (auto& x : *it) {
-    if (!x.is_number_integer()) bad("tokens", "'tokens' must hold integers", "invalid_type");
-    const int64_t id = x.get<int64_t>();
-    if (id < 0 || id >= n_vocab)
-      bad("tokens", fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab));
-    ids.push_back(int32_t(id));
-  }
+  const std::vector<int32_t> ids = parse_token_ids(*it, model_view(*m, ctx.cfg.engine.n_ctx),
+                                                   "tokens", "'tokens' must hold integers");
   // special tokens kept, as llama.cpp's server gives them back
   return {{"content", m->tokenizer->decode(ids, false)}};
 }

@@ -52,14 +52,12 @@ std::vector<int32_t> infill_prompt(const Tokenizer& tk, const FimTokens& fim,
     auto ids = tk.encode(text);
     out.insert(out.end(), ids.begin(), ids.end());
   };
-  if (!files.empty()) {
+  for (const InfillFile& f : files) {
     if (fim.file_sep >= 0) {
-      for (const InfillFile& f : files) {
-        out.push_back(fim.file_sep);
-        add(f.name + "\n" + f.text);
-      }
+      out.push_back(fim.file_sep);
+      add(f.name + "\n" + f.text);
     } else {
-      for (const InfillFile& f : files) add(f.text.ends_with('\n') ? f.text : f.text + "\n");
+      add(f.text.ends_with('\n') ? f.text : f.text + "\n");
     }
   }
   out.push_back(fim.prefix);
