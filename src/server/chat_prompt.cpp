@@ -74,13 +74,14 @@ void check_template_kwargs(const json& extra) {
 }  // namespace
 
 PromptEnd prompt_end(const json& body) {
-  const bool gen_prompt = field<bool>(body, "add_generation_prompt").value_or(true);
-  const bool continue_final = field<bool>(body, "continue_final_message").value_or(false);
-  if (continue_final && gen_prompt && body.contains("add_generation_prompt"))
-    bad("continue_final_message",
-        "continue_final_message and add_generation_prompt cannot both be true");
-  if (continue_final) return PromptEnd::ContinueFinal;
-  return gen_prompt ? PromptEnd::NewTurn : PromptEnd::AsRendered;
+  const auto gen_prompt = field<bool>(body, "add_generation_prompt");  // null: absent
+  if (field<bool>(body, "continue_final_message").value_or(false)) {
+    if (gen_prompt.value_or(false))
+      bad("continue_final_message",
+          "continue_final_message and add_generation_prompt cannot both be true");
+    return PromptEnd::ContinueFinal;
+  }
+  return gen_prompt.value_or(true) ? PromptEnd::NewTurn : PromptEnd::AsRendered;
 }
 
 std::string final_message_text(const json& messages) {

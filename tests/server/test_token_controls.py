@@ -197,6 +197,11 @@ def test_add_generation_prompt_false_renders_no_new_turn(server, model_name):
         "model": model_name, "messages": msgs + [{"role": "assistant", "content": "Red"}],
         "continue_final_message": True, "add_generation_prompt": True})
     assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message"
+    # a null add_generation_prompt is an absent one: the prefill is continued
+    r = requests.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "model": model_name, "messages": msgs + [{"role": "assistant", "content": "Red"}], "max_tokens": 2,
+        "continue_final_message": True, "add_generation_prompt": None})
+    assert r.status_code == 200, r.text
 
 
 def test_chat_echo_repeats_the_message_the_answer_continues(server, model_name):
