@@ -16,6 +16,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "backend/batch.h"
 #include "backend/sample.h"
@@ -105,6 +107,8 @@ struct BackendOptions {
   std::string rope_scaling;
   float rope_scale = 0.f;
   int64_t yarn_orig_ctx = 0;
+  // At load: LoRA adapters (a GGUF file or a PEFT folder) and their scales.
+  std::vector<std::pair<std::string, float>> lora;
 };
 
 class Backend {
@@ -131,6 +135,9 @@ class Backend {
   // The experts of one MoE layer (the backend may place them side by side).
   virtual void prepare_experts(std::span<const ExpertWeights> host,
                                std::span<ExpertWeights> out) = 0;
+  // Whether this backend's products add a weight's LoRA term (Weight::lora);
+  // a model with adapters is refused by one that does not.
+  virtual bool applies_lora() const { return false; }
 
   virtual DType kv_dtype() const { return DType::F32; }  // what make_kv stores
   virtual std::unique_ptr<KvStore> create_kv(const KvSpec& spec) = 0;

@@ -9,18 +9,29 @@
 
 namespace wick {
 
+struct LoraDelta;
+
 struct Weight {
   DType dtype = DType::F32;
   int64_t n_out = 0;  // rows (1 for vectors)
   int64_t n_in = 0;   // elements per row
   const void* data = nullptr;
-  const void* aux = nullptr;  // a backend's own descriptor of its layout (CUDA), else null
+  const void* aux = nullptr;        // a backend's own descriptor of its layout (CUDA), else null
+  const LoraDelta* lora = nullptr;  // adapters' low-rank term added to this product, else null
 
   bool empty() const { return data == nullptr; }
   const uint8_t* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes(dtype, n_in);
   }
   const float* f32() const { return static_cast<const float*>(data); }  // vectors only
+};
+
+// The low-rank term of LoRA adapters on one linear weight: y += b (a x).
+// a [rank, n_in] and b [n_out, rank] are f32, the adapters' scales folded
+// into b, and several adapters on one weight stacked along the rank.
+struct LoraDelta {
+  Weight a;
+  Weight b;
 };
 
 // One expert of a mixture-of-experts layer.

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model_pool.h"
@@ -18,6 +19,8 @@ struct Parsed {
   std::string rope_scaling;
   float rope_scale = 0.f;
   int64_t yarn_orig_ctx = 0;
+  std::vector<std::string> lora;
+  std::vector<std::pair<std::string, float>> lora_scaled;
 };
 Parsed& parsed() {
   static Parsed p;
@@ -62,6 +65,13 @@ void add_device_options(CLI::App* cmd) {
                   "the context the model was trained at, for --rope-scaling yarn (default: the "
                   "model's)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--lora", p.lora,
+                  "apply a LoRA adapter at load (repeatable): a GGUF adapter (llama.cpp's "
+                  "convert_lora_to_gguf.py) or a PEFT folder (adapter_config.json, "
+                  "adapter_model.safetensors); CPU only")
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--lora-scaled", p.lora_scaled,
+                  "FILE SCALE: a LoRA adapter with its scale multiplied by SCALE (repeatable)");
   // Models loaded through the pool use these options.
   cmd->parse_complete_callback([] { ModelPool::global().set_backend(backend_options()); });
 }
@@ -84,6 +94,8 @@ BackendOptions backend_options() {
   o.rope_scaling = p.rope_scaling;
   o.rope_scale = p.rope_scale;
   o.yarn_orig_ctx = p.yarn_orig_ctx;
+  for (const auto& path : p.lora) o.lora.emplace_back(path, 1.f);
+  for (const auto& a : p.lora_scaled) o.lora.push_back(a);
   return o;
 }
 

@@ -104,7 +104,11 @@ void register_perplexity(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     auto m = load_model_and_tokenizer(model, {}, backend_options());
     std::shared_ptr<const LoadedModel> base;
-    if (!base_path.empty()) base = load_model_and_tokenizer(base_path, {}, backend_options());
+    if (!base_path.empty()) {  // the adapters are the model's, not the base's
+      BackendOptions bo = backend_options();
+      bo.lora.clear();
+      base = load_model_and_tokenizer(base_path, {}, bo);
+    }
     if (!m->tokenizer) throw std::runtime_error(model + ": the model has no tokenizer");
     const Tokenizer& tk = *m->tokenizer;
     EncodeOptions eo;

@@ -40,6 +40,7 @@ SpecConfig spec_config(const SpecOptions& o) {
     draft.rope_scaling.clear();
     draft.rope_scale = 0.f;
     draft.yarn_orig_ctx = 0;
+    draft.lora.clear();  // the adapters are the target's
     c.draft = load_model_and_tokenizer(o.draft, {}, draft);
   }
   if (auto err = c.validate(); !err.empty()) throw std::runtime_error(err);

@@ -12,6 +12,7 @@
 
 #include "engine/model_store.h"
 #include "io/error.h"
+#include "model/lora.h"
 #include "model/quantize_weights.h"
 
 namespace wick {
@@ -109,6 +110,7 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
     spdlog::info("{}: {} matrices quantized to {} at load in {:.2f} s", name, n, opt.quantize,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  apply_lora(*lm->model, opt.lora);
   if (progress) progress(0.7f);
   const bool has_tok = lm->model->gguf ? lm->model->gguf->get("tokenizer.ggml.model") != nullptr
                                        : fs::exists(fs::path(lm->path) / "tokenizer.json");
@@ -124,6 +126,7 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   lm->eog_ids = find_eog(*lm);
   if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
+  for (const auto& [adapter, scale] : opt.lora) lm->n_bytes += path_bytes(adapter);
   auto be = make_backend(opt);
   // a head's rows of a q8_0 cache are whole blocks of 32
   if (be->kv_dtype() == DType::Q8_0 && lm->model->config.head_dim % 32)

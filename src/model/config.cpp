@@ -29,6 +29,32 @@ const char* arch_name(Arch a) {
   return "?";
 }
 
+std::string gguf_arch(Arch a) {
+  switch (a) {
+    case Arch::Llama:
+    case Arch::Mistral:
+    case Arch::Mixtral:
+      return "llama";
+    case Arch::Qwen2:
+      return "qwen2";
+    case Arch::Qwen3:
+      return "qwen3";
+    case Arch::Qwen3Moe:
+      return "qwen3moe";
+  }
+  return "?";
+}
+
+bool gguf_rows_interleaved(Arch a) {
+  return gguf_arch(a) == "llama";
+}
+
+int64_t gguf_stored_row(int64_t r, int64_t head_dim) {
+  const int64_t h = r / head_dim, j = r % head_dim, half = j / (head_dim / 2),
+                i = j % (head_dim / 2);
+  return h * head_dim + 2 * i + half;
+}
+
 bool ModelConfig::layer_is_moe(int64_t il) const {
   return is_moe() && std::find(dense_layers.begin(), dense_layers.end(), il) == dense_layers.end();
 }

@@ -12,6 +12,13 @@ class GgufFile;
 
 enum class Arch { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral };
 const char* arch_name(Arch a);
+// general.architecture of the family's GGUF files ("llama" for Mistral and Mixtral too).
+std::string gguf_arch(Arch a);
+// llama.cpp's GGUF files of llama-family models interleave the two RoPE
+// halves of each q/k head; HF row r of such a matrix is stored at row
+// gguf_stored_row(r, head_dim).
+bool gguf_rows_interleaved(Arch a);
+int64_t gguf_stored_row(int64_t r, int64_t head_dim);
 
 struct ModelConfig {
   Arch arch = Arch::Llama;

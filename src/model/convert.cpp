@@ -12,22 +12,6 @@ namespace wick {
 
 namespace {
 
-std::string gguf_arch(Arch a) {
-  switch (a) {
-    case Arch::Llama:
-    case Arch::Mistral:
-    case Arch::Mixtral:
-      return "llama";
-    case Arch::Qwen2:
-      return "qwen2";
-    case Arch::Qwen3:
-      return "qwen3";
-    case Arch::Qwen3Moe:
-      return "qwen3moe";
-  }
-  return "?";
-}
-
 // Quantizes rows of one matrix in parallel; `src(r, row)` fills output row r
 // (dequantized to f32).
 template <typename RowSource>

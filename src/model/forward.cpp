@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "io/error.h"
 
@@ -22,6 +23,9 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
 }
 
 std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backend> be) {
+  if (!m.lora.empty() && !be->applies_lora())
+    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
+                m.path, be->name());
   auto dm = std::make_unique<DeviceModel>();
   dm->weights = m.weights;
   ModelWeights& w = dm->weights;
@@ -29,9 +33,16 @@ std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backe
   w.tok_embd = be->prepare_matrix(w.tok_embd);
   w.output = tied ? w.tok_embd : be->prepare_matrix(w.output);
   w.output_norm = be->prepare_vector(w.output_norm);
+  // an adapted matrix points at its term as this backend prepared it
+  auto matrix = [&](Weight& x) {
+    const LoraDelta* lora = std::exchange(x.lora, nullptr);
+    x = be->prepare_matrix(x);
+    if (lora)
+      x.lora = &dm->lora.emplace_back(
+          LoraDelta{be->prepare_matrix(lora->a), be->prepare_matrix(lora->b)});
+  };
   for_each_layer_weight(
-      w, [&](Weight& x) { x = be->prepare_matrix(x); },
-      [&](Weight& x) { x = be->prepare_vector(x); },
+      w, matrix, [&](Weight& x) { x = be->prepare_vector(x); },
       [&](std::vector<ExpertWeights>& e) {
         std::vector<ExpertWeights> out(e.size());
         be->prepare_experts(e, out);

@@ -1,6 +1,7 @@
 // The forward pass shared by every supported architecture and backend.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace wick {
 struct DeviceModel {
   std::unique_ptr<Backend> backend;
   ModelWeights weights;
+  std::deque<LoraDelta> lora;  // the adapters' terms as prepared (Weight::lora points here)
 };
 // Prepares every weight of `m` on `be` (uploads them to a GPU).
 std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backend> be);

@@ -151,12 +151,9 @@ void load_gguf_weights(Model& m, Loader& L) {
   W.output = L.find("output.weight") ? L.matrix("output.weight", c.n_vocab, c.n_embd) : W.tok_embd;
   // llama.cpp's converter interleaves the two RoPE halves of each q/k head for
   // llama-family models; undo it so one RoPE (the HF layout) serves all files.
-  const bool permuted = c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Mixtral;
+  const bool permuted = gguf_rows_interleaved(c.arch);
   const int64_t hd = c.head_dim;
-  auto unpermute = [hd](int64_t r) {
-    int64_t h = r / hd, j = r % hd, half = j / (hd / 2), i = j % (hd / 2);
-    return h * hd + 2 * i + half;
-  };
+  auto unpermute = [hd](int64_t r) { return gguf_stored_row(r, hd); };
   for (int64_t il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = W.layers.emplace_back();
     std::string p = "blk." + std::to_string(il) + ".";

@@ -2,6 +2,7 @@
 // request state; many requests may run on one Model.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct Model {
   std::unique_ptr<GgufFile> gguf;
   TensorSet tensors;
   std::vector<std::vector<uint8_t>> owned;  // converted or re-ordered tensors
+  std::deque<LoraDelta> lora;               // adapters' terms (apply_lora; Weight::lora)
+  std::vector<std::string> adapters;        // their paths, as applied
 
   // Whether a mapped file of this model was truncated since it was loaded
   // (its weights may no longer be readable: see docs/security.md, "Faults").

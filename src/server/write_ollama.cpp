@@ -3,6 +3,7 @@
 #include <fmt/chrono.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "server/answer_parser.h"
 #include "server/tool_output.h"
@@ -82,23 +83,30 @@ json ollama_show(const LoadedModel& m) {
   json caps = json::array({"completion"});
   if (m.tool_format != ToolFormat::None) caps.push_back("tools");
   if (template_has_reasoning(m.tokenizer->chat_template)) caps.push_back("thinking");
-  return {{"modelfile", ""},
-          {"parameters", ""},
-          {"template", m.tokenizer->chat_template},
-          {"details",
-           {{"format", m.model->format == ModelFormat::Gguf ? "gguf" : "safetensors"},
-            {"family", arch_name(c.arch)},
-            {"families", json::array({arch_name(c.arch)})},
-            {"parameter_size", fmt::format("{:.1f}M", double(m.model->n_params) / 1e6)},
-            {"quantization_level", types}}},
-          {"model_info",
-           {{"general.architecture", arch_name(c.arch)},
-            {"general.parameter_count", m.model->n_params},
-            {"context_length", c.n_ctx_train},
-            {"embedding_length", c.n_embd},
-            {"block_count", c.n_layer}}},
-          {"capabilities", caps},
-          {"tool_format", tool_format_name(m.tool_format)}};  // wick's: the markup found
+  json show = {{"modelfile", ""},
+               {"parameters", ""},
+               {"template", m.tokenizer->chat_template},
+               {"details",
+                {{"format", m.model->format == ModelFormat::Gguf ? "gguf" : "safetensors"},
+                 {"family", arch_name(c.arch)},
+                 {"families", json::array({arch_name(c.arch)})},
+                 {"parameter_size", fmt::format("{:.1f}M", double(m.model->n_params) / 1e6)},
+                 {"quantization_level", types}}},
+               {"model_info",
+                {{"general.architecture", arch_name(c.arch)},
+                 {"general.parameter_count", m.model->n_params},
+                 {"context_length", c.n_ctx_train},
+                 {"embedding_length", c.n_embd},
+                 {"block_count", c.n_layer}}},
+               {"capabilities", caps},
+               {"tool_format", tool_format_name(m.tool_format)}};  // wick's: the markup found
+  if (!m.model->adapters.empty()) {  // file names only: the server's paths stay its own
+    json names = json::array();
+    for (const auto& a : m.model->adapters)
+      names.push_back(std::filesystem::path(a).filename().string());
+    show["model_info"]["wick.lora_adapters"] = names;
+  }
+  return show;
 }
 
 json ollama_final(const OllamaRequest& r, Clock::time_point t0, const GenerateResult& g,

@@ -5,6 +5,7 @@
 #include <deque>
 #include <new>
 #include <stdexcept>
+#include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed.h"
@@ -83,20 +84,26 @@ class CpuBackend final : public Backend {
                float* y) override {
     cpu::rmsnorm(x, w, n_rows, n, eps, y);
   }
+  bool applies_lora() const override { return true; }
   void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
     cpu::matmul(w, x, n_rows, y);
+    add_lora(w, x, n_rows, y);
   }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
                   float* out[3]) override {
     cpu::matmul_shared_input(std::span<const Weight* const>(w, 3), x, n_rows, out);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 3; ++i) {
       if (bias[i]) cpu::add_bias(out[i], bias[i], n_rows, w[i]->n_out);
+      add_lora(*w[i], x, n_rows, out[i]);
+    }
   }
   void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
                       float* g, float* u) override {
     const Weight* ws[2] = {&gate, &up};
     float* ys[2] = {g, u};
     cpu::matmul_shared_input(ws, x, n_rows, ys);
+    add_lora(gate, x, n_rows, g);
+    add_lora(up, x, n_rows, u);
     cpu::silu_mul(g, u, n_rows * gate.n_out);
   }
   void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
@@ -143,6 +150,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // y += b (a x) for a weight with adapters: two products of their own, so
+  // each row's sums keep matmul's order whatever the batch.
+  void add_lora(const Weight& w, const float* x, int64_t n_rows, float* y) {
+    if (!w.lora) return;
+    thread_local std::vector<float> t, d;
+    t.resize(size_t(n_rows * w.lora->a.n_out));
+    d.resize(size_t(n_rows * w.n_out));
+    cpu::matmul(w.lora->a, x, n_rows, t.data());
+    cpu::matmul(w.lora->b, t.data(), n_rows, d.data());
+    cpu::add(y, d.data(), n_rows * w.n_out);
+  }
+
   DType kv_dtype_;
   cpu::RopeTable rope_;  // for pre-RoPE keys (the shared instance is used by one thread at a time)
   std::deque<cpu::PackedWeight> packed_;  // stable addresses: Weight::aux points here

@@ -1,0 +1,32 @@
+// LoRA adapters applied at load: each adapted projection keeps its weight
+// as stored and gains a low-rank term (Weight::lora) that the backend adds
+// to its product, y = W x + scale * B (A x).
+//
+// Read: a GGUF adapter as llama.cpp's convert_lora_to_gguf.py writes it
+// (general.type "adapter", adapter.type "lora", adapter.lora.alpha; tensors
+// blk.N.<name>.weight.lora_a [rank, n_in] and .lora_b [n_out, rank], q/k rows
+// of llama-family models interleaved as in their GGUF files), or a PEFT
+// folder (adapter_config.json: r, lora_alpha, use_rslora;
+// adapter_model.safetensors: ...layers.N.<module>.lora_A/lora_B.weight).
+// Scale: llama.cpp's, scale * alpha / rank (alpha 0: scale); PEFT's,
+// scale * lora_alpha / r (/ sqrt(r) with use_rslora).
+//
+// Targets: the attention (q, k, v, o) and dense MLP (gate, up, down)
+// projections. Anything else (embeddings, the head, experts, DoRA, biases,
+// rank patterns) is refused with an error naming it.
+#pragma once
+
+#include <span>
+#include <string>
+#include <utility>
+
+#include "model/model.h"
+
+namespace wick {
+
+// Applies the adapters (path, scale) to m's weights, several stacked on one
+// projection along the rank. Throws ModelError/IoError naming the adapter
+// file and what does not fit. Once per model, before it is prepared.
+void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapters);
+
+}  // namespace wick

@@ -1,0 +1,89 @@
+"""LoRA adapters through `wick serve --lora`: a random-weight Qwen3-shaped model with the
+real Qwen3 tokenizer and a PEFT adapter (adapter_config.json, adapter_model.safetensors)
+answers, through the `openai` package, what the same model with scale * B @ A merged into
+its weights (PEFT's merge_and_unload rule, done here in numpy) answers: the same greedy
+tokens and logprobs. `--lora-scaled` at 0 answers as the plain model; /api/show names the
+adapter through the `ollama` package."""
+import json
+import os
+import shutil
+
+import numpy as np
+import ollama
+import openai
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from conftest import Server, qwen3_vocab_model
+
+TARGETS = ["self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"]
+R, ALPHA = 4, 8
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    base = qwen3_vocab_model(tmp_path_factory.mktemp("lora-base"))
+    tensors = load_file(os.path.join(base, "model.safetensors"))
+    n_layer = json.load(open(os.path.join(base, "config.json")))["num_hidden_layers"]
+    rng = np.random.default_rng(3)
+    adapter, merged = {}, dict(tensors)
+    for il in range(n_layer):
+        for t in TARGETS:
+            name = f"model.layers.{il}.{t}"
+            n_out, n_in = tensors[name + ".weight"].shape
+            a = rng.normal(0, 0.1, (R, n_in)).astype(np.float32)
+            b = rng.normal(0, 0.1, (n_out, R)).astype(np.float32)
+            adapter[f"base_model.model.{name}.lora_A.weight"] = a
+            adapter[f"base_model.model.{name}.lora_B.weight"] = b
+            merged[name + ".weight"] = (tensors[name + ".weight"].astype(np.float64)
+                                        + ALPHA / R * (b.astype(np.float64) @ a)).astype(np.float32)
+    d = tmp_path_factory.mktemp("lora-adapter") / "my-adapter"
+    d.mkdir()
+    save_file(adapter, str(d / "adapter_model.safetensors"))
+    json.dump({"peft_type": "LORA", "r": R, "lora_alpha": ALPHA, "bias": "none",
+               "target_modules": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"]},
+              open(d / "adapter_config.json", "w"))
+    m = tmp_path_factory.mktemp("lora-merged")
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(base, f), m / f)
+    save_file(merged, str(m / "model.safetensors"))
+    return base, str(d), str(m)
+
+
+def answer(server, model):
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    r = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Name three colours."}],
+                                  max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    return [t.token for t in lp], np.array([[a.logprob for a in t.top_logprobs] for t in lp])
+
+
+def served(model, *extra):
+    s = Server(*extra, model=model)
+    try:
+        return answer(s, model), s
+    except Exception:
+        s.stop()
+        raise
+
+
+def test_adapter_answers_as_the_merged_weights(models):
+    base, adapter, merged = models
+    (tokens, lps), s = served(base, "--lora", adapter)
+    try:
+        show = ollama.Client(host=s.url).show(base)
+        assert show.modelinfo["wick.lora_adapters"] == ["my-adapter"]
+    finally:
+        s.stop()
+    (want_tokens, want_lps), m = served(merged)
+    m.stop()
+    assert tokens == want_tokens
+    assert np.abs(lps - want_lps).max() < 1e-3
+    # the adapter changes the answer, and at scale 0 it is as good as absent
+    (plain_tokens, plain_lps), p = served(base)
+    p.stop()
+    assert np.abs(plain_lps - want_lps).max() > 1e-2
+    (zero_tokens, zero_lps), z = served(base, "--lora-scaled", adapter, "0")
+    z.stop()
+    assert zero_tokens == plain_tokens
+    assert np.abs(zero_lps - plain_lps).max() < 1e-5
