@@ -16,6 +16,7 @@
 #include "io/error.h"
 #include "model/convert.h"
 #include "model/lora.h"
+#include "model/quant_plan.h"
 
 namespace wick::test {
 namespace {
@@ -143,6 +144,35 @@ TEST(Lora, EngineBatchedEqualsSequential) {
   Engine e(m, cfg);
   auto got = run_engine(e, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+}
+
+// Merged into a file (wick quantize --lora, llama.cpp's export-lora): the
+// written model alone answers as the model with the adapter.
+TEST(Lora, MergedIntoAFileAnswersAsTheAdapter) {
+  WICK_REQUIRE_LORA_FIXTURES();
+  const auto ids = lora_ids();
+  const auto want = read_f32(lora_dir() + "/llama/ref_one.f32");
+  const Adapters peft{{lora_dir() + "/llama/peft", 1.f}};
+  const Adapters gguf{{lora_dir() + "/llama/adapter.gguf", 1.f}};
+  const QuantPlan f32 = *quant_plan_from_name("f32"), q8 = *quant_plan_from_name("q8_0");
+  const std::string d = lora_dir() + "/merged-", base = d + "base.gguf";
+  convert_hf_to_gguf(tiny_dir("llama"), d + "hf.gguf", f32, {}, peft);
+  EXPECT_LT(rel_err(run_all_logits(*load_model(d + "hf.gguf"), ids), want), 1e-4);
+  // GGUF to GGUF: the adapter's q/k rows and the file's both interleaved
+  convert_hf_to_gguf(tiny_dir("llama"), base, DType::F32);
+  convert_gguf(base, d + "gguf.gguf", f32, {}, gguf);
+  EXPECT_LT(rel_err(run_all_logits(*load_model(d + "gguf.gguf"), ids), want), 1e-4);
+  // quantized after the merge: within q8_0's error, far closer than without the adapter
+  convert_gguf(base, d + "q8.gguf", q8, {}, gguf);
+  convert_gguf(base, d + "q8-plain.gguf", q8, {});
+  const double err = rel_err(run_all_logits(*load_model(d + "q8.gguf"), ids), want);
+  const double plain = rel_err(run_all_logits(*load_model(d + "q8-plain.gguf"), ids), want);
+  std::printf("[ report ] merged then q8_0: relative error %.2e (without the adapter %.2e)\n", err,
+              plain);
+  EXPECT_LT(err, 4e-2);
+  EXPECT_GT(plain, 5 * err);
+  for (const char* f : {"hf.gguf", "base.gguf", "gguf.gguf", "q8.gguf", "q8-plain.gguf"})
+    fs::remove(d + f);
 }
 
 TEST(Lora, RefusalsNameWhatDoesNotFit) {

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/device_options.h"
@@ -38,6 +40,8 @@ void register_quantize(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "quantize", "Write a model (HF folder or GGUF of any type) as a GGUF file of another type");
   static std::string src, dst, type;
+  static std::vector<std::string> lora;
+  static std::vector<std::pair<std::string, float>> lora_scaled;
   cmd->add_option("IN", src,
                   "HF folder (config.json + safetensors) or .gguf file (dequantized first), or a "
                   "name in the model store")
@@ -48,7 +52,16 @@ void register_quantize(CLI::App& app) {
          "--type", type,
          fmt::format("{} (mixes and kept tensors: see docs/quantize.md)", quant_plan_names()))
       ->required();
+  cmd->add_option("--lora", lora,
+                  "merge a LoRA adapter into the weights it adapts (repeatable; a GGUF adapter or "
+                  "a PEFT folder), as llama.cpp's export-lora")
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--lora-scaled", lora_scaled,
+                  "FILE SCALE: merge an adapter with its scale multiplied by SCALE (repeatable)");
   cmd->callback([] {
+    std::vector<std::pair<std::string, float>> adapters;
+    for (const auto& path : lora) adapters.emplace_back(path, 1.f);
+    adapters.insert(adapters.end(), lora_scaled.begin(), lora_scaled.end());
     auto plan = quant_plan_from_name(type);
     if (!plan)
       throw std::runtime_error(
@@ -63,9 +76,9 @@ void register_quantize(CLI::App& app) {
       if (tty) fmt::print(stderr, "\r\033[Kquantizing {} {}", bar(f), name);
     };
     if (std::filesystem::is_directory(in))
-      convert_hf_to_gguf(in, dst, *plan, progress);
+      convert_hf_to_gguf(in, dst, *plan, progress, adapters);
     else
-      convert_gguf(in, dst, *plan, progress);
+      convert_gguf(in, dst, *plan, progress, adapters);
     if (tty) fmt::print(stderr, "\r\033[K");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spdlog::info("wrote {} ({}, {:.1f} MiB) in {:.1f} s", dst, type,

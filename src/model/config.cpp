@@ -55,6 +55,11 @@ int64_t gguf_stored_row(int64_t r, int64_t head_dim) {
   return h * head_dim + 2 * i + half;
 }
 
+int64_t gguf_hf_row(int64_t stored, int64_t head_dim) {
+  const int64_t h = stored / head_dim, j = stored % head_dim, i = j / 2, half = j % 2;
+  return h * head_dim + half * (head_dim / 2) + i;
+}
+
 bool ModelConfig::layer_is_moe(int64_t il) const {
   return is_moe() && std::find(dense_layers.begin(), dense_layers.end(), il) == dense_layers.end();
 }

@@ -19,6 +19,7 @@ std::string gguf_arch(Arch a);
 // gguf_stored_row(r, head_dim).
 bool gguf_rows_interleaved(Arch a);
 int64_t gguf_stored_row(int64_t r, int64_t head_dim);
+int64_t gguf_hf_row(int64_t stored, int64_t head_dim);  // its inverse
 
 struct ModelConfig {
   Arch arch = Arch::Llama;

@@ -6,6 +6,7 @@
 #include "io/error.h"
 #include "io/gguf.h"
 #include "io/quantize.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace wick {
@@ -62,6 +63,7 @@ class Emitter {
     auto out = encode_rows(t, int64_t(parts.size()) * n_out, n_in, [&](int64_t r, float* row) {
       const Weight& w = *parts[size_t(r / n_out)];
       dequantize_row_ref(w.dtype, w.row(src_row(r % n_out)), row, n_in);
+      if (w.lora) add_lora_row(*w.lora, src_row(r % n_out), row);  // an adapter merged
     });
     w_.add_tensor(name, t, shape, out.data(), out.size());
     progress_.add(int64_t(parts.size()) * n_out * n_in, name);
@@ -104,9 +106,11 @@ void convert_gguf(const std::string& src, const std::string& out_path, DType typ
 }
 
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
-                        const QuantPlan& plan, const ConvertProgress& progress) {
+                        const QuantPlan& plan, const ConvertProgress& progress,
+                        std::span<const std::pair<std::string, float>> lora) {
   auto m = load_model(hf_dir);
   if (m->format != ModelFormat::HfFolder) throw_model("convert: {} is not a HF folder", hf_dir);
+  apply_lora(*m, lora);
   const ModelConfig& c = m->config;
   const std::string a = gguf_arch(c.arch);
   GgufWriter w;
@@ -163,14 +167,10 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
   if (c.rope_type == "llama3")
     w.add_tensor("rope_freqs.weight", DType::F32, {c.head_dim / 2}, c.rope_freq_factors.data(),
                  c.rope_freq_factors.size() * 4);
-  const bool permute = a == "llama";
+  const bool permute = gguf_rows_interleaved(c.arch);
   const int64_t hd = c.head_dim;
-  // llama.cpp's layout: stored row h*hd + 2i + half holds HF row h*hd + half*hd/2 + i.
-  auto perm = [hd, permute](int64_t r) {
-    if (!permute) return r;
-    int64_t h = r / hd, j = r % hd, i = j / 2, half = j % 2;
-    return h * hd + half * (hd / 2) + i;
-  };
+  // llama.cpp's layout: stored row r holds HF row gguf_hf_row(r)
+  auto perm = [hd, permute](int64_t r) { return permute ? gguf_hf_row(r, hd) : r; };
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = W.layers[size_t(il)];
     std::string p = "blk." + std::to_string(il) + ".";
@@ -215,8 +215,15 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
 }
 
 void convert_gguf(const std::string& src, const std::string& out_path, const QuantPlan& plan,
-                  const ConvertProgress& progress) {
+                  const ConvertProgress& progress,
+                  std::span<const std::pair<std::string, float>> lora) {
   GgufFile f(src);
+  // adapters merged: their terms read through the model, rows in HF order
+  std::unique_ptr<Model> adapted;
+  if (!lora.empty()) {
+    adapted = load_model(src);
+    apply_lora(*adapted, lora);
+  }
   const std::string arch = f.get_str("general.architecture").value_or("");
   const int64_t n_layer = f.get_int(arch + ".block_count").value_or(0);
   const int64_t n_expert = f.get_int(arch + ".expert_count").value_or(0);
@@ -241,13 +248,18 @@ void convert_gguf(const std::string& src, const std::string& out_path, const Qua
                   dtype_name(uint32_t(t.dtype)));
     const int64_t n_in = t.shape.back(), n_rows = t.numel() / n_in;
     const DType to = plan.type_of(name, t.shape, n_layer, n_expert, tied, n_gqa);
-    if (to == t.dtype) {
+    const LoraDelta* term = adapted ? lora_of_gguf_tensor(*adapted, name) : nullptr;
+    if (to == t.dtype && !term) {
       w.add_tensor(name, to, t.shape, t.data, t.n_bytes);
     } else {
       const size_t in_rb = row_bytes(t.dtype, n_in);
+      const bool interleaved = term && gguf_rows_interleaved(adapted->config.arch) &&
+                               (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"));
+      const int64_t hd = adapted ? adapted->config.head_dim : 0;
       auto out = encode_rows(to, n_rows, n_in, [&](int64_t r, float* row) {
         dequantize_row_ref(t.dtype, static_cast<const uint8_t*>(t.data) + size_t(r) * in_rb, row,
                            n_in);
+        if (term) add_lora_row(*term, interleaved ? gguf_hf_row(r, hd) : r, row);
       });
       w.add_tensor(name, to, t.shape, out.data(), out.size());
     }

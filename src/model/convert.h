@@ -2,7 +2,9 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
+#include <utility>
 
 #include "io/dtype.h"
 #include "model/quant_plan.h"
@@ -23,9 +25,13 @@ using ConvertProgress = std::function<void(double fraction, const std::string& t
 // The same with each tensor's type chosen by `plan` (wick quantize): any
 // type quantize_row writes, mixes included. Rows are quantized in parallel;
 // the file is written to a temporary name and renamed when complete.
+// `lora`: adapters (path, scale) merged into the weights they adapt, each
+// row W + scale * B @ A before it is written (llama.cpp's export-lora).
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
-                        const QuantPlan& plan, const ConvertProgress& progress = {});
+                        const QuantPlan& plan, const ConvertProgress& progress = {},
+                        std::span<const std::pair<std::string, float>> lora = {});
 void convert_gguf(const std::string& src, const std::string& out_path, const QuantPlan& plan,
-                  const ConvertProgress& progress = {});
+                  const ConvertProgress& progress = {},
+                  std::span<const std::pair<std::string, float>> lora = {});
 
 }  // namespace wick

@@ -215,6 +215,20 @@ void read_peft(const Model& m, const std::string& dir, float scale, Terms& terms
 
 }  // namespace
 
+void add_lora_row(const LoraDelta& d, int64_t r, float* row) {
+  const float* b = reinterpret_cast<const float*>(d.b.row(r));
+  for (int64_t j = 0; j < d.a.n_out; ++j) {
+    const float* a = reinterpret_cast<const float*>(d.a.row(j));
+    for (int64_t i = 0; i < d.a.n_in; ++i) row[i] += b[j] * a[i];
+  }
+}
+
+const LoraDelta* lora_of_gguf_tensor(const Model& m, const std::string& name) {
+  auto where = parse_module(name, "blk.", true, ".weight");
+  if (!where || where->first >= int64_t(m.weights.layers.size())) return nullptr;
+  return (m.weights.layers[size_t(where->first)].*kTargets[where->second].weight).lora;
+}
+
 void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapters) {
   if (adapters.empty()) return;
   if (!m.lora.empty()) throw_model("{}: LoRA adapters are applied once, at load", m.path);

@@ -29,4 +29,9 @@ namespace wick {
 // file and what does not fit. Once per model, before it is prepared.
 void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapters);
 
+// For writing merged weights: row += b[r, :] . a, r a row of the adapted
+// weight in HF order; and the term of a GGUF tensor (blk.N.attn_q.weight ...), or null.
+void add_lora_row(const LoraDelta& d, int64_t r, float* row);
+const LoraDelta* lora_of_gguf_tensor(const Model& m, const std::string& name);
+
 }  // namespace wick
