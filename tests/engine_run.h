@@ -76,6 +76,31 @@ inline void expect_reference_greedy(const std::shared_ptr<const LoadedModel>& m,
   }
 }
 
+// n_reqs random greedy requests (3-62 prompt tokens, 4-19 generated, every
+// third prefilled in chunks of 5) through one engine of cfg give the tokens
+// each gives alone in a session: a token's results do not depend on its batch.
+inline void expect_engine_equals_sessions(const std::shared_ptr<const LoadedModel>& m,
+                                          uint32_t seed, int n_reqs, const EngineConfig& cfg) {
+  std::mt19937 rng(seed);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < n_reqs; ++i) {
+    std::vector<int32_t> prompt;
+    for (int k = 0, n = 3 + int(rng() % 60); k < n; ++k)
+      prompt.push_back(int32_t(rng() % uint32_t(m->model->config.n_vocab)));
+    auto r = greedy_request(prompt, 4 + int(rng() % 16));
+    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
+    reqs.push_back(r);
+  }
+  std::vector<GenerateResult> want;
+  for (auto& r : reqs) want.push_back(Session(m, 512).generate(r));
+  Engine e(m, cfg);
+  auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].tokens.size(), size_t(reqs[i].max_tokens));
+  }
+}
+
 // n token ids below n_vocab.
 inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int64_t n_vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));

@@ -108,27 +108,10 @@ TEST(KvF16, EngineBatchedEqualsSequential) {
   WICK_REQUIRE_SHARED();
   auto m = load_model_and_tokenizer(tiny_dir("llama"), {}, f16_options());
   ASSERT_EQ(m->device->backend->kv_dtype(), DType::F16);
-  std::mt19937 rng(3);
-  std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < 8; ++i) {
-    std::vector<int32_t> prompt;
-    for (int k = 0, n = 3 + int(rng() % 60); k < n; ++k)
-      prompt.push_back(int32_t(rng() % uint32_t(m->model->config.n_vocab)));
-    auto r = greedy_request(prompt, 4 + int(rng() % 16));
-    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
-    reqs.push_back(r);
-  }
-  std::vector<GenerateResult> want;
-  for (auto& r : reqs) want.push_back(Session(m, 512).generate(r));
   EngineConfig cfg;
   cfg.max_batch_tokens = 48;
   cfg.max_seqs = 6;
-  Engine e(m, cfg);
-  auto got = run_engine(e, reqs);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
-    EXPECT_EQ(got[i].tokens.size(), size_t(reqs[i].max_tokens));
-  }
+  expect_engine_equals_sessions(m, 3, 8, cfg);
 }
 
 // The engine's KV budget is bytes: the same --kv-memory holds twice the

@@ -6,7 +6,6 @@
 // against its merged weights, batch invariance, and the refusals.
 // Fixtures: tests/python/make_lora_fixtures.py (setup.lora_fixtures).
 #include <filesystem>
-#include <random>
 
 #include "engine/engine.h"
 #include "engine/model_pool.h"
@@ -126,24 +125,10 @@ TEST(Lora, EngineBatchedEqualsSequential) {
   opt.lora = {{lora_dir() + "/llama/peft", 1.f}};
   auto m = load_model_and_tokenizer(tiny_dir("llama"), {}, opt);
   ASSERT_FALSE(m->model->lora.empty());
-  std::mt19937 rng(5);
-  std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < 6; ++i) {
-    std::vector<int32_t> prompt;
-    for (int k = 0, n = 3 + int(rng() % 50); k < n; ++k)
-      prompt.push_back(int32_t(rng() % uint32_t(m->model->config.n_vocab)));
-    auto r = greedy_request(prompt, 4 + int(rng() % 12));
-    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
-    reqs.push_back(r);
-  }
-  std::vector<GenerateResult> want;
-  for (auto& r : reqs) want.push_back(Session(m, 512).generate(r));
   EngineConfig cfg;
   cfg.max_batch_tokens = 40;
   cfg.max_seqs = 4;
-  Engine e(m, cfg);
-  auto got = run_engine(e, reqs);
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+  expect_engine_equals_sessions(m, 5, 6, cfg);
 }
 
 // Merged into a file (wick quantize --lora, llama.cpp's export-lora): the
