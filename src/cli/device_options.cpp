@@ -19,8 +19,7 @@ struct Parsed {
   std::string rope_scaling;
   float rope_scale = 0.f;
   int64_t yarn_orig_ctx = 0;
-  std::vector<std::string> lora;
-  std::vector<std::pair<std::string, float>> lora_scaled;
+  LoraFlags lora;
 };
 Parsed& parsed() {
   static Parsed p;
@@ -65,13 +64,7 @@ void add_device_options(CLI::App* cmd) {
                   "the context the model was trained at, for --rope-scaling yarn (default: the "
                   "model's)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--lora", p.lora,
-                  "apply a LoRA adapter at load (repeatable): a GGUF adapter (llama.cpp's "
-                  "convert_lora_to_gguf.py) or a PEFT folder (adapter_config.json, "
-                  "adapter_model.safetensors); CPU only")
-      ->check(CLI::ExistingPath);
-  cmd->add_option("--lora-scaled", p.lora_scaled,
-                  "FILE SCALE: a LoRA adapter with its scale multiplied by SCALE (repeatable)");
+  add_lora_options(cmd, p.lora, "apply a LoRA adapter at load (CPU only)");
   // Models loaded through the pool use these options.
   cmd->parse_complete_callback([] { ModelPool::global().set_backend(backend_options()); });
 }
@@ -94,9 +87,25 @@ BackendOptions backend_options() {
   o.rope_scaling = p.rope_scaling;
   o.rope_scale = p.rope_scale;
   o.yarn_orig_ctx = p.yarn_orig_ctx;
-  for (const auto& path : p.lora) o.lora.emplace_back(path, 1.f);
-  for (const auto& a : p.lora_scaled) o.lora.push_back(a);
+  o.lora = p.lora.adapters();
   return o;
+}
+
+std::vector<std::pair<std::string, float>> LoraFlags::adapters() const {
+  std::vector<std::pair<std::string, float>> out;
+  for (const auto& path : paths) out.emplace_back(path, 1.f);
+  out.insert(out.end(), scaled.begin(), scaled.end());
+  return out;
+}
+
+void add_lora_options(CLI::App* cmd, LoraFlags& f, const std::string& verb) {
+  cmd->add_option("--lora", f.paths,
+                  verb +
+                      " (repeatable): a GGUF adapter (llama.cpp's convert_lora_to_gguf.py) or a "
+                      "PEFT folder (adapter_config.json, adapter_model.safetensors)")
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--lora-scaled", f.scaled,
+                  "PATH SCALE: as --lora, the adapter's scale multiplied by SCALE (repeatable)");
 }
 
 }  // namespace wick::cli

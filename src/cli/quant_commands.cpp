@@ -10,8 +10,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <utility>
-#include <vector>
 
 #include "cli/commands.h"
 #include "cli/device_options.h"
@@ -40,8 +38,7 @@ void register_quantize(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "quantize", "Write a model (HF folder or GGUF of any type) as a GGUF file of another type");
   static std::string src, dst, type;
-  static std::vector<std::string> lora;
-  static std::vector<std::pair<std::string, float>> lora_scaled;
+  static LoraFlags lora;
   cmd->add_option("IN", src,
                   "HF folder (config.json + safetensors) or .gguf file (dequantized first), or a "
                   "name in the model store")
@@ -52,16 +49,10 @@ void register_quantize(CLI::App& app) {
          "--type", type,
          fmt::format("{} (mixes and kept tensors: see docs/quantize.md)", quant_plan_names()))
       ->required();
-  cmd->add_option("--lora", lora,
-                  "merge a LoRA adapter into the weights it adapts (repeatable; a GGUF adapter or "
-                  "a PEFT folder), as llama.cpp's export-lora")
-      ->check(CLI::ExistingPath);
-  cmd->add_option("--lora-scaled", lora_scaled,
-                  "FILE SCALE: merge an adapter with its scale multiplied by SCALE (repeatable)");
+  add_lora_options(cmd, lora,
+                   "merge a LoRA adapter into the weights it adapts (llama.cpp's export-lora)");
   cmd->callback([] {
-    std::vector<std::pair<std::string, float>> adapters;
-    for (const auto& path : lora) adapters.emplace_back(path, 1.f);
-    adapters.insert(adapters.end(), lora_scaled.begin(), lora_scaled.end());
+    const auto adapters = lora.adapters();
     auto plan = quant_plan_from_name(type);
     if (!plan)
       throw std::runtime_error(
