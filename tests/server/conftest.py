@@ -6,6 +6,7 @@ import socket
 import subprocess
 import time
 
+import openai
 import pytest
 import requests
 
@@ -94,12 +95,23 @@ class Server:
             self.proc.kill()
 
 
-@pytest.fixture(scope="session")
-def server():
-    s = Server()
+def serving(*extra, env=None, model=None):
+    """A server fixture's body (`yield from serving(...)`): the server for the tests, then a
+    check that it outlived them, and its stop."""
+    s = Server(*extra, env=env, model=model)
     yield s
     assert s.proc.poll() is None, "the server died during the tests"
     s.stop()
+
+
+def oa(server):
+    """The `openai` package's client for a server."""
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def server():
+    yield from serving()
 
 
 @pytest.fixture(scope="session")

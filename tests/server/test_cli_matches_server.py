@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import MODEL, WICK, Server
+from conftest import MODEL, WICK, serving
 
 CTX = 48
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # a prompt the model continues past any context
@@ -41,10 +41,7 @@ def token_text(tid, cache={}):
 
 @pytest.fixture(scope="module")
 def small_ctx_server():
-    s = Server("--ctx-size", str(CTX))
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
+    yield from serving("--ctx-size", str(CTX))
 
 
 def server_complete(server, ids, max_tokens):

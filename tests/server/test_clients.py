@@ -6,11 +6,9 @@ import openai
 import pytest
 import requests
 
+from conftest import oa
+
 QUESTION = "What is the capital of France?"
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 def test_openai_chat(server, model_name):

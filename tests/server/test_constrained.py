@@ -13,16 +13,12 @@ import openai
 import pytest
 import requests
 
-from conftest import skip_or_fail
+from conftest import oa, skip_or_fail
 
 try:
     import jsonschema
 except ImportError:  # requirements-dev.txt pins it
     jsonschema = None
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 STR = {"type": "string", "maxLength": 24}  # bounded, so that every answer ends

@@ -8,12 +8,11 @@ import json
 import os
 
 import ollama
-import openai
 import pytest
 import requests
 import tokenizers
 
-from conftest import QWEN3_TOKENIZER, Server, qwen3_vocab_model
+from conftest import QWEN3_TOKENIZER, Server, oa, qwen3_vocab_model
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\nprint(add(1, 2))\n"
@@ -26,10 +25,6 @@ def fim_server(tmp_path_factory):
     yield s
     assert s.proc.poll() is None, "the server died during the tests"
     s.stop()
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 def hf_ids(text):

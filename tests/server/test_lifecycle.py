@@ -16,7 +16,7 @@ import openai
 import pytest
 import requests
 
-from conftest import MODEL, Server
+from conftest import MODEL, Server, serving
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,10 +59,7 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lc_server(store):
-    s = Server(env={"WICK_MODELS": str(store)})
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
+    yield from serving(env={"WICK_MODELS": str(store)})
 
 
 def generate(s, model="lc", prompt="Say hi.", **extra):

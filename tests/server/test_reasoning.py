@@ -6,11 +6,10 @@ Ollama chat (`think`), the Responses API's reasoning item, /api/show's capabilit
 import json
 
 import ollama
-import openai
 import pytest
 import requests
 
-from conftest import Server, qwen3_vocab_model
+from conftest import Server, oa, qwen3_vocab_model, serving
 
 # the answer the grammar forces: reasoning in tags, then the content
 GRAMMAR = 'root ::= "<think>" [a-z]{2,6} " " [a-z]{2,6} "</think>" [a-z]{3,8}'
@@ -25,14 +24,7 @@ def thinking_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(thinking_model):
-    s = Server(model=thinking_model)
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    yield from serving(model=thinking_model)
 
 
 def split(text):

@@ -14,14 +14,10 @@ import openai
 import pytest
 import requests
 
-from conftest import TIME_SCALE, Server
+from conftest import TIME_SCALE, oa, serving
 
 TOOLS = [{"type": "function", "name": "get_weather", "description": "The weather in a city.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 def chat_text(client, model, messages, **kw):
@@ -342,10 +338,7 @@ def test_hang_up_mid_stream_frees_the_kv_cache(server, model_name):
 
 @pytest.fixture(scope="module")
 def small_server():
-    s = Server("--ctx-size", "160", "--responses-store", "2")
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
+    yield from serving("--ctx-size", "160", "--responses-store", "2")
 
 
 def test_truncation_auto_drops_the_oldest_turns(small_server, model_name):

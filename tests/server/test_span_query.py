@@ -7,6 +7,8 @@ import json
 import pytest
 import requests
 
+from conftest import serving
+
 NAME = "smollm2"  # the default model, by its name in the model store
 DOCS = ["The capital of France is Paris.", "The capital of Peru is Lima.", "Water boils at 100 degrees."]
 
@@ -106,11 +108,7 @@ def test_spnl_client_over_openai(server, monkeypatch):
 
 @pytest.fixture(scope="module")
 def span_server():
-    from conftest import Server
-    s = Server("--span-cache")
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
+    yield from serving("--span-cache")
 
 
 def test_span_cache_reuses_documents_in_any_order(span_server):
@@ -250,11 +248,7 @@ PLUS, CROSS, PAD, BLOCK = 10, 13, 27, 16
 
 @pytest.fixture(scope="module")
 def marker_server():
-    from conftest import Server
-    s = Server("--span-markers", f"{PLUS},{CROSS},{PAD}")
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
+    yield from serving("--span-markers", f"{PLUS},{CROSS},{PAD}")
 
 
 def test_marker_layout_queries_reuse_documents_without_repair(marker_server):

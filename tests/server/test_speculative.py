@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import MODEL, WICK, Server, free_port
+from conftest import MODEL, WICK, free_port, serving
 
 PASSAGE = ("The river runs past the old mill, under the stone bridge and through the town, where the "
            "market opens every Saturday morning and the bakers sell bread still warm from the oven.")
@@ -19,10 +19,7 @@ COPY = "Repeat this text exactly, word for word:\n\n" + PASSAGE
 
 @pytest.fixture(scope="module")
 def spec_server():
-    s = Server("--draft", MODEL, "--spec", "off", "--draft-max", "6")
-    yield s
-    assert s.proc.poll() is None, "the server died during the tests"
-    s.stop()
+    yield from serving("--draft", MODEL, "--spec", "off", "--draft-max", "6")
 
 
 def chat(server, content, **extra):

@@ -6,11 +6,9 @@ import openai
 import pytest
 import requests
 
+from conftest import oa
+
 PROMPT = "The capital of France is"
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 def tokenize(server, text):

@@ -15,6 +15,8 @@ import openai
 import pytest
 import requests
 
+from conftest import oa
+
 TOOLS = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "The weather in a city.",
@@ -41,10 +43,6 @@ def fewshot(*cities):
     for ex in examples:
         msgs += [{"role": "user", "content": ask(ex)}, {"role": "assistant", "content": call_text(*ex)}]
     return msgs + [{"role": "user", "content": ask(cities)}]
-
-
-def oa(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 def stream_chat(client, **kw):
