@@ -188,5 +188,136 @@ TEST(Lora, RefusalsNameWhatDoesNotFit) {
   EXPECT_THROW(apply_lora(*m, Adapters{{d + "/llama/peft", 1.f}}), ModelError);
 }
 
+// ---- named adapters (serve's --lora-modules): chosen per request ----
+
+// The tiny llama with `adapters` applied to every row, through the pool's loader.
+std::shared_ptr<const LoadedModel> lora_model(
+    const Adapters& adapters, std::vector<std::pair<std::string, std::string>> named = {}) {
+  BackendOptions opt;
+  opt.device = Device::Cpu;
+  opt.lora = adapters;
+  opt.lora_modules = std::move(named);
+  return load_model_at("tiny-llama", tiny_dir("llama"), {}, opt);
+}
+
+// Greedy requests with random prompts, each choosing adapter i % 3, every
+// third prefilled in chunks of 5, the first step's logits kept.
+std::vector<GenerateRequest> adapter_requests(uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    auto r = greedy_request(random_tokens(rng, 3 + int(rng() % 40), 512), 3 + int(rng() % 8));
+    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
+    r.keep_first_logits = true;
+    r.adapter = i % 3;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+void expect_same_result(const GenerateResult& got, const GenerateResult& want, size_t i) {
+  EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+  EXPECT_EQ(got.first_logits, want.first_logits) << "request " << i;  // bit for bit
+}
+
+// Requests choosing two named adapters, or none, batched together in one
+// engine, each give the bits of a model with that adapter on every row (the
+// PEFT reference above) run alone: a term reaches its own rows only.
+TEST(LoraNamed, BatchedRequestsEachGetTheirAdaptersBits) {
+  WICK_REQUIRE_LORA_FIXTURES();
+  const std::string one = lora_dir() + "/llama/peft", rs = lora_dir() + "/llama/peft-rslora";
+  auto named = lora_model({}, {{"one", one}, {"rs", rs}});
+  ASSERT_EQ(named->model->adapter_names, (std::vector<std::string>{"one", "rs"}));
+  std::shared_ptr<const LoadedModel> alone[3] = {lora_model({}), lora_model({{one, 1.f}}),
+                                                 lora_model({{rs, 1.f}})};
+  const auto reqs = adapter_requests(11, 9);
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 48;
+  cfg.max_seqs = 5;
+  Engine e(named, cfg);
+  const auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    GenerateRequest plain = reqs[i];
+    plain.adapter = 0;
+    expect_same_result(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
+  }
+  // and the adapters are not idle: each answers differently on one prompt
+  auto first = [&](int32_t adapter) {
+    GenerateRequest r = reqs[0];
+    r.adapter = adapter;
+    return run_one(e, r).first_logits;
+  };
+  EXPECT_NE(first(0), first(1));
+  EXPECT_NE(first(1), first(2));
+  // embeddings too
+  const std::vector<std::vector<int32_t>> inputs{reqs[1].prompt, reqs[2].prompt};
+  Engine plain_engine(alone[1], cfg);
+  EXPECT_EQ(e.embed(inputs, Pooling::Mean, 1)[1].values,
+            plain_engine.embed(inputs, Pooling::Mean)[1].values);
+  GenerateRequest bad = greedy_request({1, 2, 3});
+  bad.adapter = 3;
+  EXPECT_THROW(e.add_request(bad, {}), GenerateError);
+}
+
+// The prefix and span caches keep each adapter's K/V apart: a prompt cached
+// under one adapter is computed again for another, and reused for its own.
+TEST(LoraNamed, CachesKeepAdaptersApart) {
+  WICK_REQUIRE_LORA_FIXTURES();
+  const std::string one = lora_dir() + "/llama/peft";
+  auto named = lora_model({}, {{"one", one}});
+  auto with_one = lora_model({{one, 1.f}}), plain = lora_model({});
+  EngineConfig cfg;
+  cfg.span_cache = true;  // keys before RoPE: the same path for both caches
+  std::mt19937 rng(5);
+  GenerateRequest r = greedy_request(random_tokens(rng, 70, 512), 4);
+  r.keep_first_logits = true;
+  Engine e(named, cfg);
+  Engine want_one(with_one, cfg), want_plain(plain, cfg);
+  r.adapter = 1;
+  const GenerateResult a1 = run_one(e, r);
+  r.adapter = 0;
+  const GenerateResult a0 = run_one(e, r);
+  EXPECT_EQ(a0.n_reused, 0) << "the adapter's blocks served a request without it";
+  r.adapter = 1;
+  const GenerateResult again = run_one(e, r);
+  EXPECT_GT(again.n_reused, 0);
+  r.adapter = 0;
+  expect_same_result(a0, run_one(want_plain, r), 0);
+  expect_same_result(a1, run_one(want_one, r), 1);
+  expect_same_result(again, a1, 2);
+  // spans: a span computed under one adapter is not found under another
+  const auto doc = random_tokens(rng, 20, 512), q = random_tokens(rng, 5, 512);
+  GenerateRequest sr = request_with_spans({1, 2, 3}, {doc}, q, 3);
+  sr.span_recompute = 0;
+  sr.adapter = 1;
+  const GenerateResult s1 = run_one(e, sr);
+  sr.adapter = 0;
+  const GenerateResult s0 = run_one(e, sr);
+  EXPECT_EQ(s0.n_span_hits, 0);
+  EXPECT_EQ(s0.n_span_misses, 1);
+  expect_same_result(s0, run_one(want_plain, sr), 3);
+  sr.adapter = 1;
+  EXPECT_EQ(run_one(e, sr).n_span_hits, 1);
+  sr.adapter = 0;
+  expect_same_result(s1, run_one(want_one, sr), 4);
+}
+
+TEST(LoraNamed, RefusalsNameWhatDoesNotFit) {
+  WICK_REQUIRE_LORA_FIXTURES();
+  const std::string llama = tiny_dir("llama"), one = lora_dir() + "/llama/peft";
+  auto m = load_model(llama);
+  const Adapters a{{one, 1.f}};
+  EXPECT_EQ(add_named_lora(*m, "one", a), 1);
+  try {
+    add_named_lora(*m, "one", a);
+    ADD_FAILURE() << "a second adapter of one name";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("two adapters are named 'one'"), std::string::npos);
+  }
+  EXPECT_THROW(add_named_lora(*m, "", a), ModelError);
+  EXPECT_THROW(add_named_lora(*m, "x", Adapters{{lora_dir() + "/nowhere", 1.f}}), IoError);
+  EXPECT_EQ(m->adapter_names.size(), 1u);  // a refused one takes no number
+}
+
 }  // namespace
 }  // namespace wick::test

@@ -109,6 +109,11 @@ struct BackendOptions {
   int64_t yarn_orig_ctx = 0;
   // At load: LoRA adapters (a GGUF file or a PEFT folder) and their scales.
   std::vector<std::pair<std::string, float>> lora;
+  // At load: named adapters (name, path), each applied only to the requests
+  // that choose it (GenerateRequest::adapter; a server's --lora-modules), on
+  // the model that lora_modules_model names (a path or stored name) alone.
+  std::vector<std::pair<std::string, std::string>> lora_modules;
+  std::string lora_modules_model;
 };
 
 class Backend {
@@ -138,6 +143,10 @@ class Backend {
   // Whether this backend's products add a weight's LoRA term (Weight::lora);
   // a model with adapters is refused by one that does not.
   virtual bool applies_lora() const { return false; }
+  // The named adapter of each row of the products that follow (the step's
+  // tokens, BatchArgs::adapter_of, in backend memory), or null: a term of a
+  // named adapter is added to no row. Set by forward() around each step.
+  virtual void set_adapter_rows(const int32_t* adapter_of, int64_t n_rows) {}
 
   virtual DType kv_dtype() const { return DType::F32; }  // what make_kv stores
   virtual std::unique_ptr<KvStore> create_kv(const KvSpec& spec) = 0;

@@ -13,6 +13,7 @@ void Batch::clear() {
   block_tables.clear();
   block_fills.clear();
   logit_rows.clear();
+  adapters.clear();
   finished_ = false;
 }
 
@@ -125,6 +126,16 @@ void Batch::finish(int32_t block_size, int32_t table_width, int32_t ctx_round) {
       rope_pos[t] = pos - shift[at];
     }
   }
+  has_adapters_ = std::any_of(adapters.begin(), adapters.end(), [](int32_t a) { return a != 0; });
+  if (has_adapters_) {
+    if (adapters.size() > size_t(n_seq))
+      throw std::invalid_argument("batch: more adapters than sequences");
+    int32_t* of = section(10, size_t(n_tok));
+    for (int32_t t = 0; t < n_tok; ++t) {
+      const size_t s = size_t(seq_of[size_t(t)]);
+      of[t] = s < adapters.size() ? adapters[s] : 0;
+    }
+  }
   finished_ = true;
 }
 
@@ -141,6 +152,7 @@ BatchArgs Batch::args(const int32_t* base) const {
   a.block_fill = has_fill_ ? base + off_[7] : nullptr;
   a.block_shift = has_fill_ ? base + off_[8] : nullptr;
   a.rope_pos = has_fill_ ? base + off_[9] : a.positions;
+  a.adapter_of = has_adapters_ ? base + off_[10] : nullptr;
   return a;
 }
 

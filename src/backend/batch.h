@@ -39,6 +39,9 @@ struct BatchArgs {
   const int32_t* rope_pos = nullptr;    // [n_tokens] positions minus holes (= positions without)
   const int32_t* logit_rows = nullptr;  // [n_logits] tokens whose logits are wanted
   const int32_t* runs = nullptr;        // [n_runs * 2] first token, token count
+  // [n_tokens] the named LoRA adapter of each token's sequence (0: none), or
+  // null when no sequence has one.
+  const int32_t* adapter_of = nullptr;
 };
 
 class Batch {
@@ -50,6 +53,8 @@ class Batch {
   // Optional, per sequence and block: the valid slots [begin, end) (empty: all full).
   std::vector<std::vector<std::pair<int32_t, int32_t>>> block_fills;
   std::vector<int32_t> logit_rows;  // tokens whose logits are wanted, in output order
+  // Optional, per sequence: its named LoRA adapter (0: none; empty: none for all).
+  std::vector<int32_t> adapters;
 
   int64_t n_tokens() const { return int64_t(token_ids.size()); }
   void add(int32_t token, int32_t pos, int32_t seq, bool want_logits) {
@@ -78,9 +83,9 @@ class Batch {
   std::vector<int32_t> packed_;
   BatchArgs shape_;  // the counts (pointers unset)
   // offsets into packed_ of: token_ids, positions, seq_of, slots, block_table, logit_rows, runs,
-  // block_fill, block_shift, rope_pos
-  size_t off_[10] = {};
-  bool has_fill_ = false;
+  // block_fill, block_shift, rope_pos, adapter_of
+  size_t off_[11] = {};
+  bool has_fill_ = false, has_adapters_ = false;
   bool finished_ = false;
 };
 

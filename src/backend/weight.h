@@ -29,9 +29,14 @@ struct Weight {
 // The low-rank term of LoRA adapters on one linear weight: y += b (a x).
 // a [rank, n_in] and b [n_out, rank] are f32, the adapters' scales folded
 // into b, and several adapters on one weight stacked along the rank.
+// A weight's terms form a list: the one for every row (adapter 0, first)
+// and one per named adapter it has, added only to the rows of the requests
+// that chose it (BatchArgs::adapter_of).
 struct LoraDelta {
   Weight a;
   Weight b;
+  int32_t adapter = 0;              // 0: every row; k: rows whose adapter_of is k
+  const LoraDelta* next = nullptr;  // the weight's next term
 };
 
 // One expert of a mixture-of-experts layer.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -469,6 +470,12 @@ void register_serve(CLI::App& app) {
                   "mean over the input's tokens, or the last token's (default mean: chat models "
                   "are not trained to sum a text up in its last token)")
       ->check(CLI::IsMember({"mean", "last"}));
+  static std::vector<std::string> lora_modules;
+  cmd->add_option("--lora-modules", lora_modules,
+                  "NAME=PATH (repeatable, vLLM's): a LoRA adapter of --model (a GGUF adapter or "
+                  "a PEFT folder, as --lora) that requests choose by naming NAME as their model; "
+                  "requests with different adapters, or none, share one batch and one copy of "
+                  "the model (CPU only)");
   add_spec_options(cmd, spec);
   add_device_options(cmd);
   cmd->footer(fmt::format(
@@ -512,6 +519,27 @@ void register_serve(CLI::App& app) {
       cfg.engine.span_cache = true;
       // a model trained with block attention needs no repair of its spans
       if (cmd->count("--span-recompute") == 0) cfg.engine.span_recompute = 0;
+    }
+    cfg.lora_modules.clear();
+    for (const std::string& m : lora_modules) {
+      const size_t eq = m.find('=');
+      if (eq == 0 || eq == std::string::npos || eq + 1 == m.size())
+        throw CLI::ValidationError("--lora-modules", m + ": expected NAME=PATH");
+      std::string name = m.substr(0, eq), path = m.substr(eq + 1);
+      if (name == cfg.default_model)
+        throw CLI::ValidationError("--lora-modules", name + " is the name of --model");
+      for (const auto& [other, p] : cfg.lora_modules)
+        if (other == name)
+          throw CLI::ValidationError("--lora-modules", "two adapters are named " + name);
+      if (!std::filesystem::exists(path))
+        throw CLI::ValidationError("--lora-modules", path + ": no such adapter file or folder");
+      cfg.lora_modules.emplace_back(std::move(name), std::move(path));
+    }
+    if (!cfg.lora_modules.empty()) {  // on --model alone
+      BackendOptions o = backend_options();
+      o.lora_modules = cfg.lora_modules;
+      o.lora_modules_model = cfg.default_model;
+      ModelPool::global().set_backend(o);
     }
     const int rc = server::serve(cfg);
     if (rc) throw std::runtime_error("the server could not start");

@@ -39,9 +39,10 @@ std::vector<float> normalised(const std::vector<double>& acc) {
 }  // namespace
 
 std::vector<Embedding> Engine::embed(const std::vector<std::vector<int32_t>>& inputs,
-                                     Pooling pooling) {
+                                     Pooling pooling, int32_t adapter) {
   const int32_t n_vocab = int32_t(model_->config().n_vocab), bs = cfg_.block_size;
   const int32_t max_tokens = cfg_.max_batch_tokens;
+  check_adapter(adapter);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) throw GenerateError(fmt::format("input {} has no tokens", i));
     if (int32_t(inputs[i].size()) > cfg_.n_ctx)
@@ -82,6 +83,7 @@ std::vector<Embedding> Engine::embed(const std::vector<std::vector<int32_t>>& in
           const size_t nb = size_t(n_blocks_of(k));
           batch.block_tables.emplace_back(blocks.begin() + long(next_block),
                                           blocks.begin() + long(next_block + nb));
+          batch.adapters.push_back(adapter);
           next_block += nb;
           const size_t p_end =
               end - begin == 1 ? std::min(ids.size(), size_t(from + max_tokens)) : ids.size();

@@ -122,10 +122,18 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg
 
 Engine::~Engine() = default;
 
+void Engine::check_adapter(int32_t adapter) const {
+  const int32_t n_adapters = int32_t(model_->model->adapter_names.size());
+  if (adapter < 0 || adapter > n_adapters)
+    throw GenerateError(
+        fmt::format("adapter {}: the model has {} named LoRA adapter(s)", adapter, n_adapters));
+}
+
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {
   validate_request(req, int32_t(model_->config().n_vocab));
   if (req.spec == SpecMethod::Draft && !draft_)
     throw GenerateError("speculative decoding with a draft model: this engine has none (--draft)");
+  check_adapter(req.adapter);
   if (!req.spans.empty() && !cfg_.span_cache)
     throw GenerateError("spans need the engine's span cache (span_cache, --span-cache)");
   const std::vector<int32_t> prompt = fit_prompt(req, cfg_.n_ctx);

@@ -92,8 +92,10 @@ class Engine {
   // an input gives the same vector alone and in a batch (on the CPU, bit for
   // bit). Throws GenerateError for an empty input, one longer than n_ctx or
   // an id outside the vocabulary; std::runtime_error when the free blocks
-  // cannot hold an input (the cache is full of running requests).
-  std::vector<Embedding> embed(const std::vector<std::vector<int32_t>>& inputs, Pooling pooling);
+  // cannot hold an input (the cache is full of running requests). `adapter`:
+  // a named LoRA adapter, as GenerateRequest's.
+  std::vector<Embedding> embed(const std::vector<std::vector<int32_t>>& inputs, Pooling pooling,
+                               int32_t adapter = 0);
   // Ends every request with "error: reason" (internal_error set), frees their blocks.
   void abort_all(const std::string& reason);
 
@@ -113,6 +115,7 @@ class Engine {
   const BlockPool* draft_blocks() const { return draft_ ? &draft_->blocks() : nullptr; }
 
  private:
+  void check_adapter(int32_t adapter) const;  // GenerateError unless 0 or one of the model's
   std::shared_ptr<const LoadedModel> model_;
   EngineConfig cfg_;
   Scheduler scheduler_;

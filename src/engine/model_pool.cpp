@@ -62,16 +62,6 @@ std::vector<int32_t> find_eog(const LoadedModel& lm) {
   return ids;
 }
 
-size_t path_bytes(const std::string& path) {
-  std::error_code ec;
-  if (path.rfind("shaped:", 0) == 0) return 0;
-  if (!fs::is_directory(path)) return size_t(fs::file_size(path, ec));
-  size_t n = 0;
-  for (auto& e : fs::directory_iterator(path, ec))
-    if (e.path().extension() == ".safetensors") n += size_t(e.file_size(ec));
-  return n;
-}
-
 size_t env_size(const char* name, size_t dflt) {
   const char* v = std::getenv(name);
   if (!v || !*v) return dflt;
@@ -84,6 +74,16 @@ size_t env_size(const char* name, size_t dflt) {
 }
 
 }  // namespace
+
+size_t path_bytes(const std::string& path) {
+  std::error_code ec;
+  if (path.rfind("shaped:", 0) == 0) return 0;
+  if (!fs::is_directory(path)) return size_t(fs::file_size(path, ec));
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator(path, ec))
+    if (e.path().extension() == ".safetensors") n += size_t(e.file_size(ec));
+  return n;
+}
 
 std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
                                                       const std::function<void(float)>& progress,
@@ -111,6 +111,10 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   apply_lora(*lm->model, opt.lora);
+  for (const auto& [module, adapter] : opt.lora_modules) {
+    const std::pair<std::string, float> one{adapter, 1.f};
+    add_named_lora(*lm->model, module, std::span(&one, 1));
+  }
   if (progress) progress(0.7f);
   const bool has_tok = lm->model->gguf ? lm->model->gguf->get("tokenizer.ggml.model") != nullptr
                                        : fs::exists(fs::path(lm->path) / "tokenizer.json");
@@ -127,6 +131,7 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
   for (const auto& [adapter, scale] : opt.lora) lm->n_bytes += path_bytes(adapter);
+  for (const auto& [module, adapter] : opt.lora_modules) lm->n_bytes += path_bytes(adapter);
   auto be = make_backend(opt);
   // a head's rows of a q8_0 cache are whole blocks of 32
   if (be->kv_dtype() == DType::Q8_0 && lm->model->config.head_dim % 32)
@@ -205,6 +210,15 @@ std::string ModelPool::key_of(const std::string& path) {
   return ec ? path : p.string();
 }
 
+// The pool's key of a MODEL argument; "" when it does not resolve.
+std::string ModelPool::owner_key(const std::string& model) {
+  try {
+    return key_of(resolve_model(model));
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
                                                      const std::string& path) {
   const std::string key = key_of(path);
@@ -251,6 +265,9 @@ std::shared_ptr<const LoadedModel> ModelPool::get_at(const std::string& name,
         std::lock_guard<std::mutex> lock(mu_);
         opt = opt_;
       }
+      // named adapters belong to one model
+      if (!opt.lora_modules.empty() && owner_key(opt.lora_modules_model) != key)
+        opt.lora_modules.clear();
       promise.set_value(load_model_at(name, path, {}, opt));
     } catch (...) {
       promise.set_exception(std::current_exception());

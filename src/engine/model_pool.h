@@ -62,6 +62,9 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
                                            const std::function<void(float)>& progress,
                                            const BackendOptions& opt);
 
+// The bytes of a model or adapter: a file's size, or a folder's safetensors'.
+size_t path_bytes(const std::string& path);
+
 class ModelPool {
  public:
   using Duration = std::chrono::milliseconds;
@@ -135,6 +138,7 @@ class ModelPool {
   };
   void end_use(const std::shared_ptr<const LoadedModel>& m);
   static std::string key_of(const std::string& path);
+  static std::string owner_key(const std::string& model);
   std::shared_ptr<const LoadedModel> get_at(const std::string& name, const std::string& path);
   void evict_locked(const std::string& keep);
 

@@ -67,6 +67,7 @@ void add_rows(Batch& b, const ScheduledSeq& w) {
   const Sequence& s = *w.seq;
   const int32_t k = int32_t(b.block_tables.size());
   b.block_tables.push_back(s.block_table);
+  b.adapters.push_back(s.req.adapter);
   auto& f = b.block_fills.emplace_back();
   if (!s.fills.empty())  // span layouts: holes (blocks past the layout are full)
     f.assign(s.fills.begin(),

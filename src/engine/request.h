@@ -81,6 +81,10 @@ struct GenerateRequest {
   // tokenizer. No speculative decoding for such a request (drafts would
   // need checking against the grammar; they are simply not proposed).
   std::shared_ptr<const grammar::Grammar> grammar;
+  // A named LoRA adapter of the model (add_named_lora; a server's
+  // --lora-modules): 1-based, Model::adapter_names[adapter - 1]; 0: none.
+  // Its K/V is cached apart from other adapters'.
+  int32_t adapter = 0;
 };
 
 struct TokenLogprob {

@@ -117,7 +117,8 @@ void Scheduler::admit(Sequence& s) {
   const size_t n_match = s.req.prompt_logprobs >= 0
                              ? 0
                              : std::min(s.tokens.size(), size_t(std::max(0, s.commit_limit)));
-  std::vector<int32_t> hit = pool_.match_prefix(std::span<const int32_t>(s.tokens).first(n_match));
+  std::vector<int32_t> hit =
+      pool_.match_prefix(std::span<const int32_t>(s.tokens).first(n_match), s.req.adapter);
   if (!hit.empty() && int32_t(hit.size()) * bs >= int32_t(s.tokens.size())) {
     pool_.release(hit.back());
     hit.pop_back();
@@ -128,7 +129,8 @@ void Scheduler::admit(Sequence& s) {
   s.last_hash = 0;
   for (int32_t k = 0; k < s.n_committed; ++k)
     s.last_hash = pool_.chain_hash(
-        s.last_hash, std::span<const int32_t>(s.tokens).subspan(size_t(k * bs), size_t(bs)));
+        s.last_hash, std::span<const int32_t>(s.tokens).subspan(size_t(k * bs), size_t(bs)),
+        s.req.adapter);
   if (s.result.n_reused == 0) s.result.n_reused = prompt_tokens_in(s, 0, s.n_computed);
 }
 
@@ -159,6 +161,7 @@ void Scheduler::start_job(Sequence& s, size_t span) {
   auto job = std::make_unique<Sequence>();
   job->id = -s.id;  // never looked up by id
   job->req.prefill_chunk = s.req.prefill_chunk;
+  job->req.adapter = s.req.adapter;
   // after the context, if any: its blocks are the job's own (computed
   // again, not taken from the prefix cache) and go back when it ends
   job->tokens = span_job_tokens(s.span_ctx, s.spans[span].tokens, pool_.block_size());
@@ -173,7 +176,7 @@ void Scheduler::start_job(Sequence& s, size_t span) {
 bool Scheduler::job_computes(const Sequence& s, const Sequence::Span& sp) const {
   return std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& job) {
     return job->parent->spans[job->parent_span].tokens == sp.tokens &&
-           job->parent->span_ctx == s.span_ctx;
+           job->parent->span_ctx == s.span_ctx && job->req.adapter == s.req.adapter;
   });
 }
 
@@ -184,7 +187,7 @@ void Scheduler::resolve_spans(Sequence& s) {
   for (size_t i = s.next_span; i < s.spans.size(); ++i) {
     auto& sp = s.spans[i];
     if (!sp.ready.empty() || sp.job_running) continue;
-    sp.ready = pool_.match_span(sp.tokens, s.span_ctx);
+    sp.ready = pool_.match_span(sp.tokens, s.span_ctx, s.req.adapter);
     sp.hit = !sp.ready.empty();
     if (!sp.hit && !job_computes(s, sp)) start_job(s, i);
   }
@@ -297,7 +300,8 @@ void Scheduler::commit_full_blocks(Sequence& s) {
   const int32_t full = std::min(s.n_computed, s.commit_limit) / bs;
   for (; s.n_committed < full; ++s.n_committed) {
     auto toks = std::span<const int32_t>(s.tokens).subspan(size_t(s.n_committed * bs), size_t(bs));
-    s.last_hash = pool_.commit(s.block_table[size_t(s.n_committed)], s.last_hash, toks);
+    s.last_hash =
+        pool_.commit(s.block_table[size_t(s.n_committed)], s.last_hash, toks, s.req.adapter);
   }
 }
 
@@ -453,7 +457,7 @@ void Scheduler::update(const SchedulerOutput& plan, std::span<const float> devia
     for (auto b = job.block_table.begin(); b != job.block_table.begin() + n_ctx_blocks; ++b)
       pool_.release(*b);
     job.block_table.erase(job.block_table.begin(), job.block_table.begin() + n_ctx_blocks);
-    pool_.commit_span(job.block_table, sp.tokens, parent.span_ctx);
+    pool_.commit_span(job.block_table, sp.tokens, parent.span_ctx, parent.req.adapter);
     sp.ready = std::move(job.block_table);
     sp.hit = sp.job_running = false;
     it = jobs_.erase(it);

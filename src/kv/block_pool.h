@@ -1,6 +1,8 @@
 // Fixed-size KV blocks shared by all sequences, with a prefix cache: every
 // full block is keyed by a chained hash of (parent hash, its tokens, model
-// identity) and keeps its tokens, so a hit is verified token by token. Blocks
+// identity, LoRA adapter) and keeps its tokens, so a hit is verified token by
+// token. `adapter` (a request's named LoRA adapter, 0: none) is part of every
+// key: K/V computed with one adapter is never found for another. Blocks
 // are reference-counted; unreferenced cached blocks stay findable until they
 // are evicted, least recently used first.
 #pragma once
@@ -26,15 +28,16 @@ class BlockPool {
 
   // The longest chain of cached full blocks equal to the start of `tokens`;
   // each returned block gains a reference. Counts a query and its hit tokens.
-  std::vector<int32_t> match_prefix(std::span<const int32_t> tokens);
+  std::vector<int32_t> match_prefix(std::span<const int32_t> tokens, int32_t adapter = 0);
   // A free block with one reference (evicting the least recently used cached
   // block when needed), or -1 when every block is referenced.
   int32_t allocate();
   void release(int32_t block);  // drops a reference; at zero it becomes free (still cached)
   // Registers a block that just became full: block_index is its place in the
   // sequence, tokens its block_size tokens, parent the hash of the block before.
-  uint64_t commit(int32_t block, uint64_t parent, std::span<const int32_t> tokens);
-  uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens) const;
+  uint64_t commit(int32_t block, uint64_t parent, std::span<const int32_t> tokens,
+                  int32_t adapter = 0);
+  uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens, int32_t adapter = 0) const;
 
   // The span cache: a span's blocks chain from a root of their own (no
   // parent), so the span is found wherever it appears; its last block may
@@ -44,13 +47,14 @@ class BlockPool {
   // chains from a root that hashes them, and its first block keeps them for
   // verification: it is found only after the same context.
   std::vector<int32_t> match_span(std::span<const int32_t> tokens,
-                                  std::span<const int32_t> context = {});
+                                  std::span<const int32_t> context = {}, int32_t adapter = 0);
   void commit_span(std::span<const int32_t> blocks, std::span<const int32_t> tokens,
-                   std::span<const int32_t> context = {});
+                   std::span<const int32_t> context = {}, int32_t adapter = 0);
   // The span's cached blocks as match_span finds them, without references
   // or counting (empty: not cached).
   std::vector<int32_t> find_span(std::span<const int32_t> tokens,
-                                 std::span<const int32_t> context = {}) const;
+                                 std::span<const int32_t> context = {},
+                                 int32_t adapter = 0) const;
 
   // KV-cache events, for routers that track which blocks each replica holds
   // (vLLM's BlockStored / BlockRemoved): appended to `log` while it is set.
@@ -76,6 +80,7 @@ class BlockPool {
     int32_t ref = 0;
     bool hashed = false;
     uint64_t hash = 0;
+    int32_t adapter = 0;           // the LoRA adapter its K/V was computed with
     std::vector<int32_t> tokens;   // the tokens it holds, for verification
     std::vector<int32_t> context;  // a span's first block: the context it was computed after
     std::list<int32_t>::iterator free_it;
@@ -84,9 +89,9 @@ class BlockPool {
   // Registers a block under hash h (parent: the hash before it, none for
   // a sequence's or a span's first block) with its tokens; false when h is taken.
   bool store(int32_t id, uint64_t h, std::optional<uint64_t> parent,
-             std::span<const int32_t> tokens);
+             std::span<const int32_t> tokens, int32_t adapter);
   static constexpr uint64_t kSpanRoot = 0x5350414e524f4f54ull;  // "SPANROOT"
-  uint64_t span_root(std::span<const int32_t> context) const;
+  uint64_t span_root(std::span<const int32_t> context, int32_t adapter) const;
 
   int32_t block_size_;
   uint64_t model_id_;

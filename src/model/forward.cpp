@@ -33,13 +33,16 @@ std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backe
   w.tok_embd = be->prepare_matrix(w.tok_embd);
   w.output = tied ? w.tok_embd : be->prepare_matrix(w.output);
   w.output_norm = be->prepare_vector(w.output_norm);
-  // an adapted matrix points at its term as this backend prepared it
+  // an adapted matrix points at its terms as this backend prepared them
   auto matrix = [&](Weight& x) {
     const LoraDelta* lora = std::exchange(x.lora, nullptr);
     x = be->prepare_matrix(x);
-    if (lora)
-      x.lora = &dm->lora.emplace_back(
-          LoraDelta{be->prepare_matrix(lora->a), be->prepare_matrix(lora->b)});
+    for (const LoraDelta** tail = &x.lora; lora; lora = lora->next) {
+      LoraDelta& d = dm->lora.emplace_back(
+          LoraDelta{be->prepare_matrix(lora->a), be->prepare_matrix(lora->b), lora->adapter});
+      *tail = &d;
+      tail = &d.next;
+    }
   };
   for_each_layer_weight(
       w, matrix, [&](Weight& x) { x = be->prepare_vector(x); },
@@ -123,6 +126,16 @@ void moe_mlp(Backend& be, const ModelConfig& c, const LayerWeights& l, int64_t n
 
 namespace {
 
+// The rows of the products in a step are the batch's tokens: each adds the
+// LoRA terms of its own request's adapter (none outside the step).
+struct AdapterRows {
+  Backend& be;
+  AdapterRows(Backend& be, const BatchArgs& b) : be(be) {
+    be.set_adapter_rows(b.adapter_of, b.n_tokens);
+  }
+  ~AdapterRows() { be.set_adapter_rows(nullptr, 0); }
+};
+
 // The kernels of one step (no host synchronisation: it may be recorded).
 void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const BatchArgs& b,
                 KvStore& kv, ForwardScratch& s, float* logits, bool hidden_states = false,
@@ -138,6 +151,7 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
         *v = s.v.as<float>(), *attn = s.attn.as<float>(), *proj = s.proj.as<float>();
 
+  const AdapterRows adapters(be, b);
   be.embed(W.tok_embd, b, x);
   trace(be, "embd", -1, s.x, T, D);
   bool normed = false;  // xn holds this layer's attention norm already

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -229,10 +230,12 @@ const LoraDelta* lora_of_gguf_tensor(const Model& m, const std::string& name) {
   return (m.weights.layers[size_t(where->first)].*kTargets[where->second].weight).lora;
 }
 
-void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapters) {
-  if (adapters.empty()) return;
-  if (!m.lora.empty()) throw_model("{}: LoRA adapters are applied once, at load", m.path);
-  Terms terms;
+namespace {
+
+// Reads the adapters (path, scale) into `terms`; throws naming a file that
+// does not fit or holds no LoRA tensor.
+void read_adapters(const Model& m, std::span<const std::pair<std::string, float>> adapters,
+                   Terms& terms) {
   for (const auto& [path, scale] : adapters) {
     if (!std::isfinite(scale)) throw_model("{}: the adapter's scale must be finite", path);
     auto n_terms = [&] {
@@ -250,10 +253,13 @@ void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapter
     else
       throw_io("{}: no such adapter file or folder", path);
     if (n_terms() == before) throw_model("{}: the adapter has no LoRA tensors", path);
-    m.adapters.push_back(path);
   }
-  // One term per projection: the adapters side by side along the rank, each
-  // one's scale folded into its columns of b.
+}
+
+// One term per projection for `adapter`: the files' pairs side by side along
+// the rank, each one's scale folded into its columns of b; appended to the
+// weight's list of terms. Returns the parameters added.
+int64_t add_deltas(Model& m, const Terms& terms, int32_t adapter) {
   int64_t n_params = 0;
   for (const auto& [key, list] : terms) {
     Weight& w = m.weights.layers[size_t(key.first)].*kTargets[key.second].weight;
@@ -269,12 +275,42 @@ void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapter
           b[o * rank + at + j] = t.scale * t.b[size_t(o * t.rank + j)];
       at += t.rank;
     }
-    w.lora = &m.lora.emplace_back(
-        LoraDelta{Weight{DType::F32, rank, w.n_in, a}, Weight{DType::F32, w.n_out, rank, b}});
+    const LoraDelta* d = &m.lora.emplace_back(LoraDelta{
+        Weight{DType::F32, rank, w.n_in, a}, Weight{DType::F32, w.n_out, rank, b}, adapter});
+    const LoraDelta** tail = &w.lora;
+    while (*tail) tail = const_cast<const LoraDelta**>(&(*tail)->next);
+    *tail = d;
     n_params += rank * (w.n_in + w.n_out);
   }
+  return n_params;
+}
+
+}  // namespace
+
+void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapters) {
+  if (adapters.empty()) return;
+  if (!m.lora.empty()) throw_model("{}: LoRA adapters are applied once, at load", m.path);
+  Terms terms;
+  read_adapters(m, adapters, terms);
+  for (const auto& [path, scale] : adapters) m.adapters.push_back(path);
+  const int64_t n_params = add_deltas(m, terms, 0);
   spdlog::info("{}: {} LoRA adapter(s) on {} projections, {} parameters", m.path, adapters.size(),
                terms.size(), n_params);
+}
+
+int32_t add_named_lora(Model& m, const std::string& name,
+                       std::span<const std::pair<std::string, float>> adapters) {
+  if (name.empty()) throw_model("{}: a named adapter needs a name", m.path);
+  if (std::find(m.adapter_names.begin(), m.adapter_names.end(), name) != m.adapter_names.end())
+    throw_model("{}: two adapters are named '{}'", m.path, name);
+  Terms terms;
+  read_adapters(m, adapters, terms);
+  m.adapter_names.push_back(name);
+  const int32_t slot = int32_t(m.adapter_names.size());
+  const int64_t n_params = add_deltas(m, terms, slot);
+  spdlog::info("{}: LoRA adapter '{}' ({}) on {} projections, {} parameters", m.path, name,
+               adapters.front().first, terms.size(), n_params);
+  return slot;
 }
 
 }  // namespace wick

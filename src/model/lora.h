@@ -29,6 +29,14 @@ namespace wick {
 // file and what does not fit. Once per model, before it is prepared.
 void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapters);
 
+// A named adapter (a server's --lora-modules): its terms apply only to the
+// rows of requests that choose it (GenerateRequest::adapter), so requests
+// with different adapters, or none, share one batch and one copy of the
+// base. Returns its number (1, 2, ...: Model::adapter_names[number - 1]).
+// After apply_lora, before the model is prepared.
+int32_t add_named_lora(Model& m, const std::string& name,
+                       std::span<const std::pair<std::string, float>> adapters);
+
 // For writing merged weights: row += b[r, :] . a, r a row of the adapted
 // weight in HF order; and the term of a GGUF tensor (blk.N.attn_q.weight ...), or null.
 void add_lora_row(const LoraDelta& d, int64_t r, float* row);

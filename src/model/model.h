@@ -31,6 +31,7 @@ struct Model {
   std::vector<std::vector<uint8_t>> owned;  // converted or re-ordered tensors
   std::deque<LoraDelta> lora;               // adapters' terms (apply_lora; Weight::lora)
   std::vector<std::string> adapters;        // their paths, as applied
+  std::vector<std::string> adapter_names;   // named adapters (add_named_lora), adapter k at k - 1
 
   // Whether a mapped file of this model was truncated since it was loaded
   // (its weights may no longer be readable: see docs/security.md, "Faults").

@@ -90,8 +90,8 @@ std::vector<std::vector<int32_t>> parse_inputs(const json& body, const char* key
 // The engine's embeddings for inputs, or the API error: 400 for a bad input,
 // 429 with the queue full, 503 with the KV cache full, 500 otherwise.
 std::vector<Embedding> run_embed(RouteContext& ctx, const std::shared_ptr<const LoadedModel>& m,
-                                 std::vector<std::vector<int32_t>> inputs) {
-  auto f = ctx.loop.submit_embed(m, std::move(inputs), ctx.cfg.pooling);
+                                 std::vector<std::vector<int32_t>> inputs, int32_t adapter) {
+  auto f = ctx.loop.submit_embed(m, std::move(inputs), ctx.cfg.pooling, adapter);
   if (!f)
     throw ApiError{429, "the server is at its limit of requests in flight; retry later",
                    "rate_limit_error", "", "queue_full"};
@@ -143,7 +143,8 @@ void openai_embeddings(RouteContext& ctx, const httplib::Request& req, httplib::
     const json body = parse_body(req.body);
     const std::string name = field<std::string>(body, "model").value_or("");
     const KeepAlive keep_alive = keep_alive_of(body, ctx.cfg.keep_alive);  // wick's extra
-    auto m = find_model(name, ctx.cfg.default_model, true);
+    int32_t adapter = 0;
+    auto m = find_model(name, ctx.cfg.default_model, true, &adapter);
     const std::string format = field<std::string>(body, "encoding_format").value_or("float");
     if (format != "float" && format != "base64")
       bad("encoding_format", "encoding_format must be \"float\" or \"base64\"");
@@ -155,7 +156,7 @@ void openai_embeddings(RouteContext& ctx, const httplib::Request& req, httplib::
     auto inputs =
         parse_inputs(body, "input", *m->tokenizer, request_n_ctx(*m, ctx.cfg.engine.n_ctx), false);
     auto use = ctx.pool.use(m, keep_alive);
-    const auto es = run_embed(ctx, m, std::move(inputs));
+    const auto es = run_embed(ctx, m, std::move(inputs), adapter);
     json data = json::array();
     for (size_t i = 0; i < es.size(); ++i)
       data.push_back({{"object", "embedding"},
@@ -184,7 +185,8 @@ void ollama_embed(RouteContext& ctx, bool legacy, const httplib::Request& req,
     const json body = parse_body(req.body);
     const std::string name = ollama_model_name(body);
     const KeepAlive keep_alive = keep_alive_of(body, ctx.cfg.keep_alive);
-    auto m = find_model(name, ctx.cfg.default_model, true);
+    int32_t adapter = 0;
+    auto m = find_model(name, ctx.cfg.default_model, true, &adapter);
     const bool truncate = field<bool>(body, "truncate").value_or(true);
     if (auto d = field<int64_t>(body, "dimensions"); d && *d != m->config().n_embd)
       bad("dimensions",
@@ -199,7 +201,7 @@ void ollama_embed(RouteContext& ctx, bool legacy, const httplib::Request& req,
         parse_inputs(body, legacy ? "prompt" : "input", *m->tokenizer, n_ctx, legacy || truncate);
     auto use = ctx.pool.use(m, keep_alive);
     const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const auto es = run_embed(ctx, m, std::move(inputs));
+    const auto es = run_embed(ctx, m, std::move(inputs), adapter);
     if (legacy) {
       reply_json(res, 200, {{"embedding", es[0].values}});
     } else {

@@ -41,14 +41,14 @@ bool EngineLoop::submit(std::shared_ptr<const LoadedModel> model, GenerateReques
 }
 
 std::optional<std::future<std::vector<Embedding>>> EngineLoop::submit_embed(
-    std::shared_ptr<const LoadedModel> m, std::vector<std::vector<int32_t>> inputs,
-    Pooling pooling) {
+    std::shared_ptr<const LoadedModel> m, std::vector<std::vector<int32_t>> inputs, Pooling pooling,
+    int32_t adapter) {
   std::future<std::vector<Embedding>> f;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (n_in_flight_ >= max_queue_) return std::nullopt;
     ++n_in_flight_;
-    embeds_.push_back({std::move(m), std::move(inputs), pooling, {}});
+    embeds_.push_back({std::move(m), std::move(inputs), pooling, adapter, {}});
     f = embeds_.back().done.get_future();
   }
   cv_.notify_all();
@@ -58,7 +58,7 @@ std::optional<std::future<std::vector<Embedding>>> EngineLoop::submit_embed(
 void EngineLoop::run_embeds(std::deque<EmbedJob>& jobs) {
   for (auto& j : jobs) {
     try {
-      j.done.set_value(engine_for(j.model).embed(j.inputs, j.pooling));
+      j.done.set_value(engine_for(j.model).embed(j.inputs, j.pooling, j.adapter));
     } catch (...) {
       j.done.set_exception(std::current_exception());
     }

@@ -37,7 +37,7 @@ class EngineLoop {
   // the queue is full (429). The future throws GenerateError for a bad input.
   std::optional<std::future<std::vector<Embedding>>> submit_embed(
       std::shared_ptr<const LoadedModel> m, std::vector<std::vector<int32_t>> inputs,
-      Pooling pooling);
+      Pooling pooling, int32_t adapter = 0);
   bool alive() const { return alive_; }
   // The model (resolved path) whose engine gets the config's draft model;
   // other models' engines have none.
@@ -59,6 +59,7 @@ class EngineLoop {
     std::shared_ptr<const LoadedModel> model;
     std::vector<std::vector<int32_t>> inputs;
     Pooling pooling;
+    int32_t adapter;  // GenerateRequest::adapter
     std::promise<std::vector<Embedding>> done;
   };
   void run_embeds(std::deque<EmbedJob>& jobs);

@@ -157,8 +157,10 @@ void openai_completion(Api& api, bool chat, const httplib::Request& req, httplib
     const json body = parse_body(req.body);
     const KeepAlive keep_alive = keep_alive_of(body, api.cfg.keep_alive);  // wick's extra
     // NAME:latest as on Ollama's endpoints (spnl's ollama/NAME sends it)
-    auto m = find_model(openai_model_name(body), api.cfg.default_model, true);
-    const OpenAiRequest r = parse_openai(body, chat, api.view(*m), std::random_device{}());
+    int32_t adapter = 0;
+    auto m = find_model(openai_model_name(body), api.cfg.default_model, true, &adapter);
+    OpenAiRequest r = parse_openai(body, chat, api.view(*m), std::random_device{}());
+    r.gen.adapter = adapter;
     auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = submit_all(api, m, r);
     const OpenAiMeta meta{fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", api.next_id++),
@@ -249,7 +251,8 @@ void span_query(Api& api, bool prepare, const httplib::Request& req, httplib::Re
   const std::string endpoint = prepare ? "/v1/query/prepare" : "/v1/query/execute";
   try {
     const SpanQuery q = parse_span_query(parse_body(req.body));  // text/plain or JSON
-    auto m = find_model(q.g.model, api.cfg.default_model, true);
+    int32_t adapter = 0;
+    auto m = find_model(q.g.model, api.cfg.default_model, true, &adapter);
     const std::string stream = req.get_param_value("stream");
     if (!stream.empty() && stream != "true" && stream != "false")
       bad("stream", "stream must be true or false");
@@ -258,6 +261,7 @@ void span_query(Api& api, bool prepare, const httplib::Request& req, httplib::Re
           "prompt_logprobs is answered in a whole response: it needs stream=false");
     OpenAiRequest r = span_request(q, api.view(*m), stream == "true" && !prepare,
                                    api.cfg.engine.span_cache, api.cfg.span_markers);
+    r.gen.adapter = adapter;
     if (prepare) {  // one sample of one greedy token: the prompt is what gets computed
       r.n_choices = 1;
       r.gen.max_tokens = 1;
@@ -296,8 +300,10 @@ void ollama_generate(Api& api, bool chat, const httplib::Request& req, httplib::
       api.metrics.count_request(endpoint, 200);
       return;
     }
-    auto m = find_model(ollama_model_name(body), api.cfg.default_model, true);
-    const OllamaRequest r = parse_ollama(body, chat, api.view(*m), std::random_device{}());
+    int32_t adapter = 0;
+    auto m = find_model(ollama_model_name(body), api.cfg.default_model, true, &adapter);
+    OllamaRequest r = parse_ollama(body, chat, api.view(*m), std::random_device{}());
+    r.gen.adapter = adapter;
     const auto t0 = Clock::now();
     auto use = api.routes.pool.use(m, keep_alive);
     const Channels chans = api.sub.submit(m, r.gen, 1);
@@ -316,8 +322,10 @@ void llamacpp_generate(Api& api, bool infill, const httplib::Request& req, httpl
   const std::string endpoint = infill ? "/infill" : "/completion";
   try {
     const json body = parse_body(req.body);
-    auto m = find_model(openai_model_name(body), api.cfg.default_model, true);
-    const LlamaCppRequest r = parse_llamacpp(body, infill, api.view(*m), std::random_device{}());
+    int32_t adapter = 0;
+    auto m = find_model(openai_model_name(body), api.cfg.default_model, true, &adapter);
+    LlamaCppRequest r = parse_llamacpp(body, infill, api.view(*m), std::random_device{}());
+    r.gen.adapter = adapter;
     const auto t0 = Clock::now();
     auto use = api.routes.pool.use(m, keep_alive_of(body, api.cfg.keep_alive));
     const Channels chans = api.sub.submit(m, r.gen, 1);
@@ -338,14 +346,30 @@ void register_openai(httplib::Server& svr, Api& api) {
     for (auto& n : stored_model_names()) names.insert(n);
     return names;
   };
-  svr.Get("/v1/models", [served_names](const httplib::Request&, httplib::Response& res) {
-    const auto names = served_names();
-    send_json(res, 200, openai_models({names.begin(), names.end()}));
-  });
+  // the named adapters as vLLM lists them: parent, the base model; root, the adapter
+  auto adapter_model = [&api](const std::string& name) -> std::optional<json> {
+    for (const auto& [n, path] : api.cfg.lora_modules)
+      if (n == name) {
+        json m = openai_model(name);
+        m["parent"] = api.cfg.default_model;
+        m["root"] = path;
+        return m;
+      }
+    return std::nullopt;
+  };
+  svr.Get("/v1/models",
+          [served_names, adapter_model, &api](const httplib::Request&, httplib::Response& res) {
+            const auto names = served_names();
+            json out = openai_models({names.begin(), names.end()});
+            for (const auto& [name, path] : api.cfg.lora_modules)
+              out["data"].push_back(*adapter_model(name));
+            send_json(res, 200, out);
+          });
   // one of the list (the SDKs' models.retrieve), without loading it
   svr.Get(R"(/v1/models/(.+))",
-          [served_names](const httplib::Request& req, httplib::Response& res) {
+          [served_names, adapter_model](const httplib::Request& req, httplib::Response& res) {
             const std::string name = req.matches[1];
+            if (auto m = adapter_model(name)) return send_json(res, 200, *m);
             if (served_names().count(name)) return send_json(res, 200, openai_model(name));
             send_json(res, 404,
                       openai_error(ApiError{404, fmt::format("The model '{}' does not exist", name),
@@ -369,9 +393,11 @@ void register_ollama(httplib::Server& svr, Api& api) {
   svr.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, ollama_version());
   });
-  svr.Get("/api/tags", [](const httplib::Request&, httplib::Response& res) {
+  svr.Get("/api/tags", [&api](const httplib::Request&, httplib::Response& res) {
     std::vector<std::pair<std::string, int64_t>> models;
     for (auto& n : stored_model_names()) models.emplace_back(n, stored_model_bytes(n));
+    for (const auto& [name, path] : api.cfg.lora_modules)  // --lora-modules: models to clients
+      models.emplace_back(name, int64_t(path_bytes(path)));
     send_json(res, 200, ollama_tags(models));
   });
   svr.Post("/api/show", [&api](const httplib::Request& req, httplib::Response& res) {
@@ -455,6 +481,9 @@ void on_signal(int) {
 int serve(const ServerConfig& cfg) {
   ModelPool::global().set_default_keep_alive(cfg.keep_alive);
   Api api(cfg);
+  std::vector<std::string> adapters;
+  for (const auto& [name, path] : cfg.lora_modules) adapters.push_back(name);
+  set_adapter_names(std::move(adapters));
   // Load the default model up front: /health reports ready once it is in
   // (and stays ready when its keep-alive unloads it: a request loads it again).
   auto def = find_model(cfg.default_model, cfg.default_model, false);

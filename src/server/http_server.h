@@ -47,6 +47,9 @@ struct ServerConfig {
   // spnl's marker layout (--span-markers): span queries are laid out with
   // the markers, and token-id prompts get the spans their markers lay out.
   SpanMarkers span_markers;
+  // --lora-modules (vLLM's): LoRA adapters of the default model, (name,
+  // path); a request naming one runs on the default model with it.
+  std::vector<std::pair<std::string, std::string>> lora_modules;
 };
 
 // Serves until SIGINT/SIGTERM; returns the process exit code.

@@ -29,15 +29,17 @@ void create(RouteContext& ctx, Submitter& sub, ResponseStore& store, const httpl
   try {
     const json body = parse_body(req.body);
     const KeepAlive keep_alive = keep_alive_of(body, ctx.cfg.keep_alive);
-    auto m = find_model(openai_model_name(body), ctx.cfg.default_model, true);
+    int32_t adapter = 0;
+    auto m = find_model(openai_model_name(body), ctx.cfg.default_model, true, &adapter);
     std::shared_ptr<const json> previous;
     if (const std::string id = previous_response_id(body); !id.empty()) {
       previous = store.conversation(id);
       if (!previous) throw not_found(id, "previous_response_id");
     }
-    const ResponsesRequest r =
+    ResponsesRequest r =
         parse_responses(body, model_view(*m, ctx.cfg.engine.n_ctx, ctx.cfg.split_reasoning),
                         std::random_device{}(), previous ? *previous : json::array());
+    r.chat.gen.adapter = adapter;
     auto use = ctx.pool.use(m, keep_alive);
     const Channels chans = sub.submit(m, r.chat.gen, 1);
     auto builder = std::make_shared<ResponseBuilder>(

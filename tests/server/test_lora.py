@@ -3,10 +3,14 @@ real Qwen3 tokenizer and a PEFT adapter (adapter_config.json, adapter_model.safe
 answers, through the `openai` package, what the same model with scale * B @ A merged into
 its weights (PEFT's merge_and_unload rule, done here in numpy) answers: the same greedy
 tokens and logprobs. `--lora-scaled` at 0 answers as the plain model; /api/show names the
-adapter through the `ollama` package."""
+adapter through the `ollama` package. `--lora-modules NAME=PATH` (vLLM's) serves the adapter
+under its own model name beside the plain model, both answering as above, also when their
+requests share batches."""
 import json
 import os
 import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import ollama
@@ -14,7 +18,7 @@ import openai
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import Server, qwen3_vocab_model
+from conftest import WICK, Server, free_port, oa, qwen3_vocab_model
 
 TARGETS = ["self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"]
 R, ALPHA = 4, 8
@@ -87,3 +91,54 @@ def test_adapter_answers_as_the_merged_weights(models):
     z.stop()
     assert zero_tokens == plain_tokens
     assert np.abs(zero_lps - plain_lps).max() < 1e-5
+
+
+def test_named_adapter_is_a_model_beside_its_base(models):
+    base, adapter, merged = models
+    m = Server(model=merged)
+    try:
+        want = answer(m, merged)
+        want_ollama = ollama.Client(host=m.url).generate(model=merged, prompt="Say hi.",
+                                                         options={"temperature": 0, "num_predict": 8})
+    finally:
+        m.stop()
+    p = Server(model=base)
+    try:
+        want_plain = answer(p, base)
+    finally:
+        p.stop()
+    s = Server("--lora-modules", f"mine={adapter}", model=base)
+    try:
+        # both names, at once (their rows share batches) and one after another
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda name: answer(s, name), ["mine", base, "mine", base]))
+        for (tokens, lps), (want_tokens, want_lps) in zip(got, [want, want_plain] * 2):
+            assert tokens == want_tokens
+            assert np.abs(lps - want_lps).max() < 1e-3
+        # Ollama's names (":latest") reach it too
+        r = ollama.Client(host=s.url).generate(model="mine:latest", prompt="Say hi.",
+                                               options={"temperature": 0, "num_predict": 8})
+        assert r.response == want_ollama.response
+        assert r.model == "mine:latest"
+        # listed as vLLM lists adapters: the base as parent, the adapter as root
+        listed = {x.id: x for x in oa(s).models.list().data}
+        assert listed["mine"].parent == base and listed["mine"].root == adapter
+        assert oa(s).models.retrieve("mine").parent == base
+        assert "mine:latest" in [x.model for x in ollama.Client(host=s.url).list().models]
+        with pytest.raises(openai.NotFoundError):
+            oa(s).chat.completions.create(model="yours", messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=1)
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("flag, message", [("mine", "expected NAME=PATH"),
+                                           ("mine=/nowhere", "no such adapter"),
+                                           ("{model}=x", "is the name of --model")])
+def test_bad_lora_modules_are_clear_errors(models, flag, message):
+    base = models[0]
+    r = subprocess.run([WICK, "serve", "--model", base, "--port", str(free_port()), "--lora-modules",
+                        flag.format(model=base)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr

@@ -85,6 +85,10 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm(x, w, n_rows, n, eps, y);
   }
   bool applies_lora() const override { return true; }
+  void set_adapter_rows(const int32_t* adapter_of, int64_t n_rows) override {
+    adapter_of_ = adapter_of;
+    n_adapter_rows_ = n_rows;
+  }
   void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
     cpu::matmul(w, x, n_rows, y);
     add_lora(w, x, n_rows, y);
@@ -150,19 +154,47 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // y += b (a x) for a weight with adapters: two products of their own, so
-  // each row's sums keep matmul's order whatever the batch.
+  // y += b (a x) for each LoRA term of w that applies: two products of their
+  // own, so each row's sums keep matmul's order whatever the batch. A named
+  // adapter's term runs on its rows alone, gathered, and is added back.
   void add_lora(const Weight& w, const float* x, int64_t n_rows, float* y) {
-    if (!w.lora) return;
-    thread_local std::vector<float> t, d;
-    t.resize(size_t(n_rows * w.lora->a.n_out));
-    d.resize(size_t(n_rows * w.n_out));
-    cpu::matmul(w.lora->a, x, n_rows, t.data());
-    cpu::matmul(w.lora->b, t.data(), n_rows, d.data());
-    cpu::add(y, d.data(), n_rows * w.n_out);
+    thread_local std::vector<float> xs, t, d;
+    thread_local std::vector<int64_t> rows;
+    for (const LoraDelta* l = w.lora; l; l = l->next) {
+      const float* in = x;
+      int64_t n = n_rows;
+      if (l->adapter != 0) {
+        rows.clear();
+        if (adapter_of_) {
+          if (n_rows != n_adapter_rows_)
+            throw std::logic_error(
+                "LoRA: a named adapter's product over rows that are not the step's");
+          for (int64_t r = 0; r < n_rows; ++r)
+            if (adapter_of_[r] == l->adapter) rows.push_back(r);
+        }
+        if (rows.empty()) continue;
+        n = int64_t(rows.size());
+        xs.resize(size_t(n * w.n_in));
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(&xs[size_t(i * w.n_in)], x + rows[size_t(i)] * w.n_in, size_t(w.n_in) * 4);
+        in = xs.data();
+      }
+      t.resize(size_t(n * l->a.n_out));
+      d.resize(size_t(n * w.n_out));
+      cpu::matmul(l->a, in, n, t.data());
+      cpu::matmul(l->b, t.data(), n, d.data());
+      if (l->adapter == 0) {
+        cpu::add(y, d.data(), n_rows * w.n_out);
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          cpu::add(y + rows[size_t(i)] * w.n_out, &d[size_t(i * w.n_out)], w.n_out);
+      }
+    }
   }
 
   DType kv_dtype_;
+  const int32_t* adapter_of_ = nullptr;  // the step's rows' named adapters (set_adapter_rows)
+  int64_t n_adapter_rows_ = 0;
   cpu::RopeTable rope_;  // for pre-RoPE keys (the shared instance is used by one thread at a time)
   std::deque<cpu::PackedWeight> packed_;  // stable addresses: Weight::aux points here
 };
