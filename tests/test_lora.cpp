@@ -89,6 +89,25 @@ TEST(Lora, GgufAdapterMatchesTheSameReference) {
   fs::remove(base);
 }
 
+// An adapter stored in f16 is held in f16 (half the bytes a token reads), and
+// answers as its merged weights; an f32 file's B stays f32 (its A values are
+// all f16 ones: held in f16, exactly).
+TEST(Lora, HalfPrecisionAdapterIsHeldInHalf) {
+  WICK_REQUIRE_LORA_FIXTURES();
+  const auto ids = lora_ids();
+  auto m = with_adapters(tiny_dir("llama"), {{lora_dir() + "/llama/peft-f16", 1.f}});
+  ASSERT_FALSE(m->lora.empty());
+  EXPECT_EQ(m->lora.front().a.dtype, DType::F16);
+  EXPECT_EQ(m->lora.front().b.dtype, DType::F16);
+  const auto want = read_f32(lora_dir() + "/llama/ref_f16.f32");
+  const double err = rel_err(run_all_logits(*m, ids), want);
+  std::printf("[ report ] f16 PEFT adapter: relative error %.2e\n", err);
+  EXPECT_LT(err, 1e-4);
+  auto f32 = with_adapters(tiny_dir("llama"), {{lora_dir() + "/llama/peft", 1.f}});
+  EXPECT_EQ(f32->lora.front().a.dtype, DType::F16);
+  EXPECT_EQ(f32->lora.front().b.dtype, DType::F32);
+}
+
 // Two adapters at once, the second rsLoRA (alpha / sqrt(r)) at scale 0.5.
 TEST(Lora, StackedAdaptersAddTheirTerms) {
   WICK_REQUIRE_LORA_FIXTURES();

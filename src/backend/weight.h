@@ -26,15 +26,18 @@ struct Weight {
   const float* f32() const { return static_cast<const float*>(data); }  // vectors only
 };
 
-// The low-rank term of LoRA adapters on one linear weight: y += b (a x).
-// a [rank, n_in] and b [n_out, rank] are f32, the adapters' scales folded
-// into b, and several adapters on one weight stacked along the rank.
+// The low-rank term of LoRA adapters on one linear weight:
+// y += b (scale * (a x)), a [rank, n_in] and b [n_out, rank] f16 where the
+// adapter's values are all f16 (half the bytes read per token), else f32;
+// scale [rank] f32, each rank row's adapter scale; several adapters on one
+// weight stacked along the rank.
 // A weight's terms form a list: the one for every row (adapter 0, first)
 // and one per named adapter it has, added only to the rows of the requests
 // that chose it (BatchArgs::adapter_of).
 struct LoraDelta {
   Weight a;
   Weight b;
+  Weight scale;
   int32_t adapter = 0;              // 0: every row; k: rows whose adapter_of is k
   const LoraDelta* next = nullptr;  // the weight's next term
 };

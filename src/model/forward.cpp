@@ -38,8 +38,9 @@ std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backe
     const LoraDelta* lora = std::exchange(x.lora, nullptr);
     x = be->prepare_matrix(x);
     for (const LoraDelta** tail = &x.lora; lora; lora = lora->next) {
-      LoraDelta& d = dm->lora.emplace_back(
-          LoraDelta{be->prepare_matrix(lora->a), be->prepare_matrix(lora->b), lora->adapter});
+      LoraDelta& d =
+          dm->lora.emplace_back(LoraDelta{be->prepare_matrix(lora->a), be->prepare_matrix(lora->b),
+                                          be->prepare_vector(lora->scale), lora->adapter});
       *tail = &d;
       tail = &d.next;
     }

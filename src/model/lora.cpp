@@ -217,10 +217,12 @@ void read_peft(const Model& m, const std::string& dir, float scale, Terms& terms
 }  // namespace
 
 void add_lora_row(const LoraDelta& d, int64_t r, float* row) {
-  const float* b = reinterpret_cast<const float*>(d.b.row(r));
+  std::vector<float> b(size_t(d.b.n_in)), a(size_t(d.a.n_in));
+  dequantize_row_ref(d.b.dtype, d.b.row(r), b.data(), d.b.n_in);
   for (int64_t j = 0; j < d.a.n_out; ++j) {
-    const float* a = reinterpret_cast<const float*>(d.a.row(j));
-    for (int64_t i = 0; i < d.a.n_in; ++i) row[i] += b[j] * a[i];
+    dequantize_row_ref(d.a.dtype, d.a.row(j), a.data(), d.a.n_in);
+    const float bj = b[size_t(j)] * d.scale.f32()[j];
+    for (int64_t i = 0; i < d.a.n_in; ++i) row[i] += bj * a[size_t(i)];
   }
 }
 
@@ -256,27 +258,45 @@ void read_adapters(const Model& m, std::span<const std::pair<std::string, float>
   }
 }
 
+// A matrix of the model's own memory: f16 when every value is one (an
+// adapter stored in f16, or bf16 within f16's range: exact), else f32.
+Weight term_matrix(Model& m, const std::vector<float>& v, int64_t n_out, int64_t n_in) {
+  const bool f16 =
+      std::all_of(v.begin(), v.end(), [](float x) { return f16_to_f32(f32_to_f16(x)) == x; });
+  auto& bytes = m.owned.emplace_back(v.size() * (f16 ? 2 : 4));
+  if (f16) {
+    auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+  } else {
+    std::memcpy(bytes.data(), v.data(), v.size() * 4);
+  }
+  return Weight{f16 ? DType::F16 : DType::F32, n_out, n_in, bytes.data()};
+}
+
 // One term per projection for `adapter`: the files' pairs side by side along
-// the rank, each one's scale folded into its columns of b; appended to the
-// weight's list of terms. Returns the parameters added.
+// the rank, each one's scale on its rank rows; appended to the weight's list
+// of terms. Returns the parameters added.
 int64_t add_deltas(Model& m, const Terms& terms, int32_t adapter) {
   int64_t n_params = 0;
   for (const auto& [key, list] : terms) {
     Weight& w = m.weights.layers[size_t(key.first)].*kTargets[key.second].weight;
     int64_t rank = 0;
     for (const Term& t : list) rank += t.rank;
-    float* a = reinterpret_cast<float*>(m.owned.emplace_back(size_t(rank * w.n_in) * 4).data());
-    float* b = reinterpret_cast<float*>(m.owned.emplace_back(size_t(w.n_out * rank) * 4).data());
+    std::vector<float> a, b(size_t(w.n_out * rank)), scale;
     int64_t at = 0;
     for (const Term& t : list) {
-      std::memcpy(a + at * w.n_in, t.a.data(), t.a.size() * 4);
+      a.insert(a.end(), t.a.begin(), t.a.end());
+      scale.insert(scale.end(), size_t(t.rank), t.scale);
       for (int64_t o = 0; o < w.n_out; ++o)
         for (int64_t j = 0; j < t.rank; ++j)
-          b[o * rank + at + j] = t.scale * t.b[size_t(o * t.rank + j)];
+          b[size_t(o * rank + at + j)] = t.b[size_t(o * t.rank + j)];
       at += t.rank;
     }
-    const LoraDelta* d = &m.lora.emplace_back(LoraDelta{
-        Weight{DType::F32, rank, w.n_in, a}, Weight{DType::F32, w.n_out, rank, b}, adapter});
+    auto* s = reinterpret_cast<float*>(m.owned.emplace_back(scale.size() * 4).data());
+    std::memcpy(s, scale.data(), scale.size() * 4);
+    const LoraDelta* d = &m.lora.emplace_back(LoraDelta{term_matrix(m, a, rank, w.n_in),
+                                                        term_matrix(m, b, w.n_out, rank),
+                                                        Weight{DType::F32, 1, rank, s}, adapter});
     const LoraDelta** tail = &w.lora;
     while (*tail) tail = const_cast<const LoraDelta**>(&(*tail)->next);
     *tail = d;

@@ -124,8 +124,13 @@ def main():
     write_peft(f"{d}/peft-rslora", two, {"r": 3, "lora_alpha": 6, "use_rslora": True,
                                          "target_modules": ["q_proj", "v_proj", "down_proj"]})
     write_gguf(f"{d}/adapter.gguf", one, 8.0, cfg)
+    # stored in f16 as a half-precision training run saves it (B rounded to f16 too)
+    half = {m: (a_, b_.astype(np.float16).astype(np.float32)) for m, (a_, b_) in one.items()}
+    write_peft(f"{d}/peft-f16", {m: (a_.astype(np.float16), b_.astype(np.float16))
+                                 for m, (a_, b_) in half.items()},
+               {"r": 4, "lora_alpha": 8, "target_modules": ATTN + MLP})
     # the second adapter at --lora-scaled 0.5: 0.5 * 6 / sqrt(3)
-    for name, adapters in {"ref_one": [(one, 8 / 4)],
+    for name, adapters in {"ref_one": [(one, 8 / 4)], "ref_f16": [(half, 8 / 4)],
                            "ref_both": [(one, 8 / 4), (two, 0.5 * 6 / np.sqrt(3))]}.items():
         write_folder(f"{d}/{name}", f"{tiny}/llama/config.json", merged(base, adapters))
         W, hp = load_safetensors(f"{d}/{name}")

@@ -182,6 +182,9 @@ class CpuBackend final : public Backend {
       t.resize(size_t(n * l->a.n_out));
       d.resize(size_t(n * w.n_out));
       cpu::matmul(l->a, in, n, t.data());
+      const int64_t rank = l->a.n_out;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < rank; ++j) t[size_t(i * rank + j)] *= l->scale.f32()[j];
       cpu::matmul(l->b, t.data(), n, d.data());
       if (l->adapter == 0) {
         cpu::add(y, d.data(), n_rows * w.n_out);
