@@ -13,6 +13,7 @@
 #include "engine_run.h"
 #include "helpers.h"
 #include "io/error.h"
+#include "kv/block_pool.h"
 #include "model/convert.h"
 #include "model/lora.h"
 #include "model/quant_plan.h"
@@ -319,6 +320,24 @@ TEST(LoraNamed, CachesKeepAdaptersApart) {
   EXPECT_EQ(run_one(e, sr).n_span_hits, 1);
   sr.adapter = 0;
   expect_same_result(s1, run_one(want_one, sr), 4);
+}
+
+// The block pool alone: a block is found under its own adapter only, and its
+// stored event carries the adapter (vLLM's lora_id).
+TEST(LoraNamed, BlocksAreFoundUnderTheirAdapterAlone) {
+  BlockPool pool(8, 4, 77);
+  std::vector<BlockPool::Event> log;
+  pool.set_event_log(&log);
+  const std::vector<int32_t> toks{5, 6, 7, 8};
+  const int32_t b = pool.allocate();
+  const uint64_t h = pool.commit(b, 0, toks, 2);
+  EXPECT_NE(h, pool.chain_hash(0, toks));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].adapter, 2);
+  pool.release(b);
+  EXPECT_TRUE(pool.match_prefix(toks).empty());
+  EXPECT_TRUE(pool.match_prefix(toks, 1).empty());
+  EXPECT_EQ(pool.match_prefix(toks, 2), std::vector<int32_t>{b});
 }
 
 TEST(LoraNamed, RefusalsNameWhatDoesNotFit) {

@@ -95,7 +95,7 @@ bool BlockPool::store(int32_t id, uint64_t h, std::optional<uint64_t> parent,
   b.adapter = adapter;
   b.tokens.assign(tokens.begin(), tokens.end());
   by_hash_[h] = id;
-  if (events_) events_->push_back({true, h, parent, b.tokens});
+  if (events_) events_->push_back({true, h, parent, b.tokens, adapter});
   return true;
 }
 

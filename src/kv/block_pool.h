@@ -53,8 +53,7 @@ class BlockPool {
   // The span's cached blocks as match_span finds them, without references
   // or counting (empty: not cached).
   std::vector<int32_t> find_span(std::span<const int32_t> tokens,
-                                 std::span<const int32_t> context = {},
-                                 int32_t adapter = 0) const;
+                                 std::span<const int32_t> context = {}, int32_t adapter = 0) const;
 
   // KV-cache events, for routers that track which blocks each replica holds
   // (vLLM's BlockStored / BlockRemoved): appended to `log` while it is set.
@@ -63,6 +62,7 @@ class BlockPool {
     uint64_t hash = 0;
     std::optional<uint64_t> parent;  // the block before (none: a sequence's or span's first)
     std::vector<int32_t> tokens;     // stored blocks: the tokens they hold
+    int32_t adapter = 0;             // stored blocks: the LoRA adapter of their K/V (0: none)
   };
   void set_event_log(std::vector<Event>* log) { events_ = log; }
   // Forgets every cached block's content (each a removed event).

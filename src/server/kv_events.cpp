@@ -47,7 +47,10 @@ void KvEventPublisher::publish(std::span<const BlockPool::Event> events, int32_t
         pk.pack_nil();
       pk.pack(e.tokens);
       pk.pack_int32(block_size);
-      pk.pack_nil();  // no LoRA adapters
+      if (e.adapter)  // vLLM's lora_id
+        pk.pack_int32(e.adapter);
+      else
+        pk.pack_nil();
       pk.pack(medium);
     } else {
       pk.pack_array(3);
