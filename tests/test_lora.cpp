@@ -57,6 +57,16 @@ std::string refusal(const std::string& model, const Adapters& adapters) {
   return "(applied)";
 }
 
+// The tiny llama with `adapters` applied to every row, through the pool's loader.
+std::shared_ptr<const LoadedModel> lora_model(
+    const Adapters& adapters, std::vector<std::pair<std::string, std::string>> named = {}) {
+  BackendOptions opt;
+  opt.device = Device::Cpu;
+  opt.lora = adapters;
+  opt.lora_modules = std::move(named);
+  return load_model_at("tiny-llama", tiny_dir("llama"), {}, opt);
+}
+
 TEST(Lora, PeftAdapterMatchesTheMergedNumpyReference) {
   WICK_REQUIRE_LORA_FIXTURES();
   const auto ids = lora_ids();
@@ -140,10 +150,7 @@ TEST(Lora, EveryArchitectureEqualsItsMergedWeights) {
 // A token's tokens do not depend on its batch with an adapter either.
 TEST(Lora, EngineBatchedEqualsSequential) {
   WICK_REQUIRE_LORA_FIXTURES();
-  BackendOptions opt;
-  opt.device = Device::Cpu;
-  opt.lora = {{lora_dir() + "/llama/peft", 1.f}};
-  auto m = load_model_and_tokenizer(tiny_dir("llama"), {}, opt);
+  auto m = lora_model({{lora_dir() + "/llama/peft", 1.f}});
   ASSERT_FALSE(m->model->lora.empty());
   EngineConfig cfg;
   cfg.max_batch_tokens = 40;
@@ -209,16 +216,6 @@ TEST(Lora, RefusalsNameWhatDoesNotFit) {
 }
 
 // ---- named adapters (serve's --lora-modules): chosen per request ----
-
-// The tiny llama with `adapters` applied to every row, through the pool's loader.
-std::shared_ptr<const LoadedModel> lora_model(
-    const Adapters& adapters, std::vector<std::pair<std::string, std::string>> named = {}) {
-  BackendOptions opt;
-  opt.device = Device::Cpu;
-  opt.lora = adapters;
-  opt.lora_modules = std::move(named);
-  return load_model_at("tiny-llama", tiny_dir("llama"), {}, opt);
-}
 
 // Greedy requests with random prompts, each choosing adapter i % 3, every
 // third prefilled in chunks of 5, the first step's logits kept.
