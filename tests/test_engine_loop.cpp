@@ -6,9 +6,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
+#include "engine/session.h"
 #include "helpers.h"
+#include "io/error.h"
 #include "server/engine_loop.h"
 #include "server/submit.h"
 
@@ -188,6 +191,62 @@ TEST(EngineLoopCancel, A429OnALaterChoiceCancelsTheEarlierOnes) {
   if (!again.empty()) {
     EXPECT_EQ(sub.wait(again).size(), 2u);
   }
+}
+
+// Adapters loaded and unloaded while serving (vLLM's runtime LoRA updating):
+// a request running with an adapter that is unloaded finishes with it (the
+// tokens of a model loaded with it), its terms go once it ends, new requests
+// for it are refused, and a model the pool loads later gets the adapters.
+TEST(EngineLoopAdapters, UnloadWaitsForTheRequestsThatUseIt) {
+  WICK_REQUIRE_SHARED();
+  const std::string one = test::data_dir() + "/lora/llama/peft";
+  const std::string two = test::data_dir() + "/lora/llama/peft-rslora";
+  if (!std::filesystem::exists(one))
+    WICK_SKIP_OR_FAIL("lora fixtures missing at " << one << " (ctest runs setup.lora_fixtures)");
+  BackendOptions opt = cpu_options();
+  opt.lora_modules_model = tiny_dir("llama");
+  ModelPool pool(1, 0, opt);
+  Metrics metrics;
+  auto m = pool.get(tiny_dir("llama"));
+  GenerateRequest r = request(5, 40);
+  r.adapter = 1;
+  BackendOptions with_one = cpu_options();
+  with_one.lora = {{one, 1.f}};
+  GenerateRequest plain = r;
+  plain.adapter = 0;
+  const GenerateResult want =
+      Session(load_model_at("with-one", tiny_dir("llama"), {}, with_one), 512).generate(plain);
+  {
+    EngineLoop loop(slow_engine(), 16, metrics, pool);
+    loop.load_adapter(m, "one", one, false).get();
+    EXPECT_THROW(loop.load_adapter(m, "one", one, false).get(), EngineLoop::AdapterTaken);
+    EXPECT_THROW(loop.load_adapter(m, "x", test::data_dir() + "/lora/bad/dora", false).get(),
+                 ModelError);
+    auto ch = std::make_shared<Channel>();
+    ASSERT_TRUE(loop.submit(m, r, ch));  // queued first: it runs with the adapter
+    EXPECT_TRUE(loop.unload_adapter("one").get());
+    EXPECT_FALSE(loop.unload_adapter("one").get());
+    EXPECT_EQ(pool.lora_modules().at(0).first, "");
+    auto late = std::make_shared<Channel>();
+    ASSERT_TRUE(loop.submit(m, r, late));
+    const Event refused = last_event(*late);
+    EXPECT_NE(refused.error.find("was unloaded"), std::string::npos) << refused.error;
+    const Event e = last_event(*ch);
+    ASSERT_TRUE(e.done) << e.error;
+    EXPECT_EQ(e.done->tokens, want.tokens);
+  }  // the loop's thread has ended; the step that ended the request freed the adapter
+  EXPECT_TRUE(m->model->lora.empty());
+  EXPECT_TRUE(m->device->lora.empty());
+  EXPECT_TRUE(m->model->adapter_bytes.empty());
+  {
+    EngineLoop loop(small_engine(), 16, metrics, pool);
+    loop.load_adapter(m, "two", two, false).get();
+  }
+  EXPECT_EQ(m->model->adapter_names, (std::vector<std::string>{"", "two"}));
+  ASSERT_TRUE(pool.unload(m->path));
+  auto again = pool.get(tiny_dir("llama"));
+  EXPECT_NE(again.get(), m.get());
+  EXPECT_EQ(again->model->adapter_names, (std::vector<std::string>{"", "two"}));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/model_pool.h"
+#include "engine/runtime_lora.h"
 #include "engine/session.h"
 #include "engine_run.h"
 #include "helpers.h"
@@ -317,6 +318,60 @@ TEST(LoraNamed, CachesKeepAdaptersApart) {
   EXPECT_EQ(run_one(e, sr).n_span_hits, 1);
   sr.adapter = 0;
   expect_same_result(s1, run_one(want_one, sr), 4);
+}
+
+// An adapter added to a model while it serves (vLLM's /v1/load_lora_adapter)
+// gives the bits of one loaded with the model, and leaves the others' alone.
+// Removed, its terms, memory and name go; loaded again it takes a new number,
+// so the blocks cached under the old one do not serve it.
+TEST(LoraNamed, AddedAndRemovedWhileServingEqualsLoadedAtStart) {
+  WICK_REQUIRE_LORA_FIXTURES();
+  const std::string one = lora_dir() + "/llama/peft", rs = lora_dir() + "/llama/peft-rslora";
+  auto at_start = lora_model({}, {{"one", one}, {"rs", rs}});
+  auto serving = lora_model({}, {{"one", one}});
+  const auto reqs = adapter_requests(12, 9);
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 48;
+  cfg.max_seqs = 5;
+  Engine e(serving, cfg), start(at_start, cfg);
+  const auto want = run_engine(start, reqs);
+  EXPECT_THROW(e.add_request(reqs[2], {}), GenerateError);  // adapter 2: not yet
+  const size_t n_terms = serving->model->lora.size();
+  add_serving_adapter(*serving, "rs", rs, 2);
+  EXPECT_EQ(serving->model->adapter_names, at_start->model->adapter_names);
+  EXPECT_GT(serving->model->lora.size(), n_terms);
+  const auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_same_result(got[i], want[i], i);
+
+  remove_serving_adapter(*serving, 2);
+  EXPECT_EQ(serving->model->lora.size(), n_terms);
+  EXPECT_EQ(serving->device->lora.size(), n_terms);
+  EXPECT_EQ(serving->model->adapter_bytes.count(2), 0u);
+  EXPECT_EQ(serving->model->adapter_names, (std::vector<std::string>{"one", ""}));
+  try {
+    e.add_request(reqs[2], {});
+    ADD_FAILURE() << "a request for a removed adapter ran";
+  } catch (const GenerateError& ex) {
+    EXPECT_NE(std::string(ex.what()).find("was unloaded"), std::string::npos) << ex.what();
+  }
+  std::vector<GenerateRequest> rest;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].adapter != 2) rest.push_back(reqs[i]), at.push_back(i);
+  const auto kept = run_engine(e, rest);
+  for (size_t i = 0; i < rest.size(); ++i) expect_same_result(kept[i], want[at[i]], at[i]);
+
+  add_serving_adapter(*serving, "rs", rs, 3);
+  GenerateRequest again = reqs[2];
+  again.adapter = 3;
+  const GenerateResult r3 = run_one(e, again);
+  EXPECT_EQ(r3.n_reused, 0) << "blocks cached under the removed number served its successor";
+  expect_same_result(r3, want[2], 2);
+  // a file that does not fit changes nothing
+  EXPECT_THROW(add_serving_adapter(*serving, "x", lora_dir() + "/nowhere", 4), IoError);
+  EXPECT_THROW(add_serving_adapter(*serving, "x", lora_dir() + "/bad/dora", 4), ModelError);
+  EXPECT_EQ(serving->model->adapter_names, (std::vector<std::string>{"one", "", "rs"}));
+  expect_same_result(run_one(e, again), want[2], 2);
 }
 
 // The block pool alone: a block is found under its own adapter only, and its

@@ -112,6 +112,8 @@ struct BackendOptions {
   // At load: named adapters (name, path), each applied only to the requests
   // that choose it (GenerateRequest::adapter; a server's --lora-modules), on
   // the model that lora_modules_model names (a path or stored name) alone.
+  // Adapter k is lora_modules[k - 1]; an empty name: one removed (numbers
+  // are never reused).
   std::vector<std::pair<std::string, std::string>> lora_modules;
   std::string lora_modules_model;
 };
@@ -137,6 +139,9 @@ class Backend {
   // memory lives as long as the backend.
   virtual Weight prepare_matrix(const Weight& host) = 0;
   virtual Weight prepare_vector(const Weight& host) = 0;
+  // Gives back early what prepare_matrix made of a matrix no product will
+  // read again (a LoRA adapter removed while serving).
+  virtual void release_matrix(const Weight& w) {}
   // The experts of one MoE layer (the backend may place them side by side).
   virtual void prepare_experts(std::span<const ExpertWeights> host,
                                std::span<ExpertWeights> out) = 0;

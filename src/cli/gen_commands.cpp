@@ -476,6 +476,11 @@ void register_serve(CLI::App& app) {
                   "a PEFT folder, as --lora) that requests choose by naming NAME as their model; "
                   "requests with different adapters, or none, share one batch and one copy of "
                   "the model (CPU only)");
+  cmd->add_flag("--allow-runtime-lora", cfg.runtime_lora,
+                "let clients load and unload LoRA adapters of --model while serving (vLLM's "
+                "POST /v1/load_lora_adapter {lora_name, lora_path} and "
+                "/v1/unload_lora_adapter {lora_name}); the paths are read with the server's "
+                "rights, so this is off by default (403)");
   add_spec_options(cmd, spec);
   add_device_options(cmd);
   cmd->footer(fmt::format(
@@ -535,7 +540,7 @@ void register_serve(CLI::App& app) {
         throw CLI::ValidationError("--lora-modules", path + ": no such adapter file or folder");
       cfg.lora_modules.emplace_back(std::move(name), std::move(path));
     }
-    if (!cfg.lora_modules.empty()) {  // on --model alone
+    if (!cfg.lora_modules.empty() || cfg.runtime_lora) {  // on --model alone
       BackendOptions o = backend_options();
       o.lora_modules = cfg.lora_modules;
       o.lora_modules_model = cfg.default_model;

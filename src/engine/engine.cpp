@@ -123,10 +123,16 @@ Engine::Engine(std::shared_ptr<const LoadedModel> model, const EngineConfig& cfg
 Engine::~Engine() = default;
 
 void Engine::check_adapter(int32_t adapter) const {
-  const int32_t n_adapters = int32_t(model_->model->adapter_names.size());
-  if (adapter < 0 || adapter > n_adapters)
+  const auto& names = model_->model->adapter_names;
+  if (adapter < 0 || adapter > int32_t(names.size()))
     throw GenerateError(
-        fmt::format("adapter {}: the model has {} named LoRA adapter(s)", adapter, n_adapters));
+        fmt::format("adapter {}: the model has {} named LoRA adapter(s)", adapter, names.size()));
+  if (adapter > 0 && names[size_t(adapter - 1)].empty())
+    throw GenerateError(fmt::format("LoRA adapter {} was unloaded", adapter));
+}
+
+bool Engine::uses_adapter(int32_t adapter) const {
+  return scheduler_.uses_adapter(adapter);
 }
 
 int64_t Engine::add_request(const GenerateRequest& req, StreamCallbacks cb) {

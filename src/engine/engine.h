@@ -96,6 +96,8 @@ class Engine {
   // a named LoRA adapter, as GenerateRequest's.
   std::vector<Embedding> embed(const std::vector<std::vector<int32_t>>& inputs, Pooling pooling,
                                int32_t adapter = 0);
+  // Whether a request waiting or running asks for named adapter `adapter`.
+  bool uses_adapter(int32_t adapter) const;
   // Ends every request with "error: reason" (internal_error set), frees their blocks.
   void abort_all(const std::string& reason);
 

@@ -111,9 +111,11 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   apply_lora(*lm->model, opt.lora);
-  for (const auto& [module, adapter] : opt.lora_modules) {
+  for (size_t k = 0; k < opt.lora_modules.size(); ++k) {
+    const auto& [module, adapter] = opt.lora_modules[k];
+    if (module.empty()) continue;  // removed: its number stays taken
     const std::pair<std::string, float> one{adapter, 1.f};
-    add_named_lora(*lm->model, module, std::span(&one, 1));
+    add_named_lora(*lm->model, module, std::span(&one, 1), int32_t(k + 1));
   }
   if (progress) progress(0.7f);
   const bool has_tok = lm->model->gguf ? lm->model->gguf->get("tokenizer.ggml.model") != nullptr
@@ -131,7 +133,8 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
   for (const auto& [adapter, scale] : opt.lora) lm->n_bytes += path_bytes(adapter);
-  for (const auto& [module, adapter] : opt.lora_modules) lm->n_bytes += path_bytes(adapter);
+  for (const auto& [module, adapter] : opt.lora_modules)
+    if (!module.empty()) lm->n_bytes += path_bytes(adapter);
   auto be = make_backend(opt);
   // a head's rows of a q8_0 cache are whole blocks of 32
   if (be->kv_dtype() == DType::Q8_0 && lm->model->config.head_dim % 32)
@@ -152,6 +155,30 @@ ModelPool& ModelPool::global() {
 void ModelPool::set_backend(const BackendOptions& opt) {
   std::lock_guard<std::mutex> lock(mu_);
   opt_ = opt;
+}
+
+std::vector<std::pair<std::string, std::string>> ModelPool::lora_modules() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opt_.lora_modules;
+}
+
+void ModelPool::set_lora_module(int32_t adapter, std::string name, std::string path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& mods = opt_.lora_modules;
+  if (adapter < 1 || adapter > int32_t(mods.size()) + 1)
+    throw std::logic_error(
+        fmt::format("adapter number {} after {} adapters", adapter, mods.size()));
+  if (adapter == int32_t(mods.size()) + 1) mods.emplace_back();
+  mods[size_t(adapter - 1)] = {std::move(name), std::move(path)};
+}
+
+bool ModelPool::owns_adapters(const LoadedModel& m) const {
+  std::string owner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    owner = opt_.lora_modules_model;
+  }
+  return !owner.empty() && owner_key(owner) == key_of(m.path);
 }
 
 size_t ModelPool::n_loaded() const {

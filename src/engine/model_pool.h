@@ -99,6 +99,13 @@ class ModelPool {
       : max_models_(max_models), max_bytes_(max_bytes), opt_(opt) {}
   static ModelPool& global();  // limits from the environment (throws on invalid values)
   void set_backend(const BackendOptions& opt);  // for models loaded from now on
+  // The named adapters (BackendOptions::lora_modules: adapter k at k - 1, ""
+  // where one was removed), and a change of adapter k (k: at most one past
+  // the last), for the model loaded next; owns_adapters: whether m is the
+  // model they attach to (BackendOptions::lora_modules_model).
+  std::vector<std::pair<std::string, std::string>> lora_modules() const;
+  void set_lora_module(int32_t adapter, std::string name, std::string path);
+  bool owns_adapters(const LoadedModel& m) const;
 
   // A MODEL argument as the operator gives it: a path or a stored name.
   std::shared_ptr<const LoadedModel> get(const std::string& name);

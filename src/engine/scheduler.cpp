@@ -64,6 +64,14 @@ void Scheduler::drop_span_state(Sequence& s) {
   s.placing = {};  // its blocks are in the table (freed with it)
 }
 
+bool Scheduler::uses_adapter(int32_t adapter) const {
+  auto uses = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(),
+                       [&](const auto& s) { return s->req.adapter == adapter; });
+  };
+  return uses(waiting_) || uses(running_) || uses(jobs_);
+}
+
 std::vector<Sequence*> Scheduler::running() const {
   std::vector<Sequence*> out;
   for (const auto& s : running_) out.push_back(s.get());

@@ -95,6 +95,7 @@ class Scheduler {
   // Running sequences, oldest first (the engine asks proposers for them).
   std::vector<Sequence*> running() const;
 
+  bool uses_adapter(int32_t adapter) const;  // a sequence here has req.adapter == adapter
   bool has_work() const { return !running_.empty() || !waiting_.empty() || !jobs_.empty(); }
   int32_t n_running() const { return int32_t(running_.size()); }
   int32_t n_waiting() const { return int32_t(waiting_.size()); }

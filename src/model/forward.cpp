@@ -22,6 +22,40 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return f;
 }
 
+namespace {
+
+// Appends the terms of `src` (a host weight's list) that `keep` accepts,
+// prepared on dm's backend, to the end of x's list.
+template <class Keep>
+void link_terms(Backend& be, DeviceModel& dm, const LoraDelta* src, Weight& x, Keep keep) {
+  const LoraDelta** tail = &x.lora;
+  while (*tail) tail = const_cast<const LoraDelta**>(&(*tail)->next);
+  for (; src; src = src->next) {
+    if (!keep(*src)) continue;
+    LoraDelta& d =
+        dm.lora.emplace_back(LoraDelta{be.prepare_matrix(src->a), be.prepare_matrix(src->b),
+                                       be.prepare_vector(src->scale), src->adapter});
+    *tail = &d;
+    tail = &d.next;
+  }
+}
+
+// Calls f(host term list, device weight) for each layer matrix of m and dm,
+// side by side.
+template <class F>
+void for_each_matrix_pair(const Model& m, DeviceModel& dm, F&& f) {
+  ModelWeights host = m.weights;  // views: a copy to walk
+  std::vector<const LoraDelta*> lists;
+  auto none = [](auto&) {};
+  for_each_layer_weight(
+      host, [&](Weight& x) { lists.push_back(x.lora); }, none, none);
+  size_t i = 0;
+  for_each_layer_weight(
+      dm.weights, [&](Weight& x) { f(lists.at(i++), x); }, none, none);
+}
+
+}  // namespace
+
 std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backend> be) {
   if (!m.lora.empty() && !be->applies_lora())
     throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
@@ -37,13 +71,7 @@ std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backe
   auto matrix = [&](Weight& x) {
     const LoraDelta* lora = std::exchange(x.lora, nullptr);
     x = be->prepare_matrix(x);
-    for (const LoraDelta** tail = &x.lora; lora; lora = lora->next) {
-      LoraDelta& d =
-          dm->lora.emplace_back(LoraDelta{be->prepare_matrix(lora->a), be->prepare_matrix(lora->b),
-                                          be->prepare_vector(lora->scale), lora->adapter});
-      *tail = &d;
-      tail = &d.next;
-    }
+    link_terms(*be, *dm, lora, x, [](const LoraDelta&) { return true; });
   };
   for_each_layer_weight(
       w, matrix, [&](Weight& x) { x = be->prepare_vector(x); },
@@ -54,6 +82,36 @@ std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backe
       });
   dm->backend = std::move(be);
   return dm;
+}
+
+void prepare_adapter(const Model& m, DeviceModel& dm, int32_t adapter) {
+  if (!dm.backend->applies_lora())
+    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
+                m.path, dm.backend->name());
+  for_each_matrix_pair(m, dm, [&](const LoraDelta* host, Weight& x) {
+    link_terms(*dm.backend, dm, host, x, [&](const LoraDelta& d) { return d.adapter == adapter; });
+  });
+}
+
+void drop_adapter(DeviceModel& dm, int32_t adapter) {
+  auto none = [](auto&) {};
+  for_each_layer_weight(
+      dm.weights,
+      [&](Weight& x) {
+        for (const LoraDelta** at = &x.lora; *at;) {
+          if ((*at)->adapter == adapter)
+            *at = (*at)->next;  // unlinked
+          else
+            at = const_cast<const LoraDelta**>(&(*at)->next);
+        }
+      },
+      none, none);
+  dm.lora.remove_if([&](const LoraDelta& d) {
+    if (d.adapter != adapter) return false;
+    dm.backend->release_matrix(d.a);
+    dm.backend->release_matrix(d.b);
+    return true;
+  });
 }
 
 void ForwardScratch::reserve(Backend& b, const ModelConfig& c, int64_t n_tokens, int64_t n_logits) {

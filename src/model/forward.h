@@ -2,6 +2,7 @@
 #pragma once
 
 #include <deque>
+#include <list>
 #include <memory>
 #include <vector>
 
@@ -15,10 +16,16 @@ namespace wick {
 struct DeviceModel {
   std::unique_ptr<Backend> backend;
   ModelWeights weights;
-  std::deque<LoraDelta> lora;  // the adapters' terms as prepared (Weight::lora points here)
+  std::list<LoraDelta> lora;  // the adapters' terms as prepared (Weight::lora points here)
 };
 // Prepares every weight of `m` on `be` (uploads them to a GPU).
 std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backend> be);
+// A named adapter added to m after it was prepared (add_named_lora): its
+// terms, prepared, join dm's weights. ModelError when the backend applies no
+// LoRA. drop_adapter unlinks them and gives the backend's copies back. Both
+// only while no forward pass runs on dm.
+void prepare_adapter(const Model& m, DeviceModel& dm, int32_t adapter);
+void drop_adapter(DeviceModel& dm, int32_t adapter);
 
 // Activation buffers in backend memory, grown on demand and reused.
 struct ForwardScratch {

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 
 #include "io/error.h"
 
@@ -258,12 +259,13 @@ void read_adapters(const Model& m, std::span<const std::pair<std::string, float>
   }
 }
 
-// A matrix of the model's own memory: f16 when every value is one (an
+// A matrix in `store` (the model's memory): f16 when every value is one (an
 // adapter stored in f16, or bf16 within f16's range: exact), else f32.
-Weight term_matrix(Model& m, const std::vector<float>& v, int64_t n_out, int64_t n_in) {
+Weight term_matrix(std::vector<std::vector<uint8_t>>& store, const std::vector<float>& v,
+                   int64_t n_out, int64_t n_in) {
   const bool f16 =
       std::all_of(v.begin(), v.end(), [](float x) { return f16_to_f32(f32_to_f16(x)) == x; });
-  auto& bytes = m.owned.emplace_back(v.size() * (f16 ? 2 : 4));
+  auto& bytes = store.emplace_back(v.size() * (f16 ? 2 : 4));
   if (f16) {
     auto* h = reinterpret_cast<uint16_t*>(bytes.data());
     for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
@@ -275,8 +277,10 @@ Weight term_matrix(Model& m, const std::vector<float>& v, int64_t n_out, int64_t
 
 // One term per projection for `adapter`: the files' pairs side by side along
 // the rank, each one's scale on its rank rows; appended to the weight's list
-// of terms. Returns the parameters added.
+// of terms. A named adapter's memory is its own (freed with it). Returns the
+// parameters added.
 int64_t add_deltas(Model& m, const Terms& terms, int32_t adapter) {
+  auto& store = adapter == 0 ? m.owned : m.adapter_bytes[adapter];
   int64_t n_params = 0;
   for (const auto& [key, list] : terms) {
     Weight& w = m.weights.layers[size_t(key.first)].*kTargets[key.second].weight;
@@ -292,10 +296,10 @@ int64_t add_deltas(Model& m, const Terms& terms, int32_t adapter) {
           b[size_t(o * rank + at + j)] = t.b[size_t(o * t.rank + j)];
       at += t.rank;
     }
-    auto* s = reinterpret_cast<float*>(m.owned.emplace_back(scale.size() * 4).data());
+    auto* s = reinterpret_cast<float*>(store.emplace_back(scale.size() * 4).data());
     std::memcpy(s, scale.data(), scale.size() * 4);
-    const LoraDelta* d = &m.lora.emplace_back(LoraDelta{term_matrix(m, a, rank, w.n_in),
-                                                        term_matrix(m, b, w.n_out, rank),
+    const LoraDelta* d = &m.lora.emplace_back(LoraDelta{term_matrix(store, a, rank, w.n_in),
+                                                        term_matrix(store, b, w.n_out, rank),
                                                         Weight{DType::F32, 1, rank, s}, adapter});
     const LoraDelta** tail = &w.lora;
     while (*tail) tail = const_cast<const LoraDelta**>(&(*tail)->next);
@@ -319,18 +323,37 @@ void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapter
 }
 
 int32_t add_named_lora(Model& m, const std::string& name,
-                       std::span<const std::pair<std::string, float>> adapters) {
+                       std::span<const std::pair<std::string, float>> adapters, int32_t number) {
   if (name.empty()) throw_model("{}: a named adapter needs a name", m.path);
   if (std::find(m.adapter_names.begin(), m.adapter_names.end(), name) != m.adapter_names.end())
     throw_model("{}: two adapters are named '{}'", m.path, name);
+  const int32_t slot = number ? number : int32_t(m.adapter_names.size()) + 1;
+  if (slot <= int32_t(m.adapter_names.size()) && !m.adapter_names[size_t(slot - 1)].empty())
+    throw std::logic_error(fmt::format("{}: adapter number {} is taken", m.path, slot));
   Terms terms;
   read_adapters(m, adapters, terms);
-  m.adapter_names.push_back(name);
-  const int32_t slot = int32_t(m.adapter_names.size());
+  if (slot > int32_t(m.adapter_names.size()))
+    m.adapter_names.resize(size_t(slot));  // numbers skipped: "" (none)
+  m.adapter_names[size_t(slot - 1)] = name;
   const int64_t n_params = add_deltas(m, terms, slot);
   spdlog::info("{}: LoRA adapter '{}' ({}) on {} projections, {} parameters", m.path, name,
                adapters.front().first, terms.size(), n_params);
   return slot;
+}
+
+void remove_named_lora(Model& m, int32_t adapter) {
+  if (adapter <= 0) throw std::logic_error("remove_named_lora: adapter 0 is every row's");
+  for (auto& l : m.weights.layers)
+    for (const Target& t : kTargets)
+      for (const LoraDelta** at = &(l.*t.weight).lora; *at;) {
+        if ((*at)->adapter == adapter)
+          *at = (*at)->next;  // unlinked
+        else
+          at = const_cast<const LoraDelta**>(&(*at)->next);
+      }
+  m.lora.remove_if([&](const LoraDelta& d) { return d.adapter == adapter; });
+  m.adapter_bytes.erase(adapter);
+  if (adapter <= int32_t(m.adapter_names.size())) m.adapter_names[size_t(adapter - 1)].clear();
 }
 
 }  // namespace wick

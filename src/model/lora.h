@@ -32,10 +32,17 @@ void apply_lora(Model& m, std::span<const std::pair<std::string, float>> adapter
 // A named adapter (a server's --lora-modules): its terms apply only to the
 // rows of requests that choose it (GenerateRequest::adapter), so requests
 // with different adapters, or none, share one batch and one copy of the
-// base. Returns its number (1, 2, ...: Model::adapter_names[number - 1]).
-// After apply_lora, before the model is prepared.
+// base. Returns its number (1, 2, ...: Model::adapter_names[number - 1]):
+// `number` when given (one no adapter of m holds; the caller never gives a
+// number twice, so caches keyed by it never serve another adapter's K/V),
+// else the next. After apply_lora; on a prepared model, prepare_adapter
+// (model/forward.h) then gives the backend its terms.
 int32_t add_named_lora(Model& m, const std::string& name,
-                       std::span<const std::pair<std::string, float>> adapters);
+                       std::span<const std::pair<std::string, float>> adapters, int32_t number = 0);
+// Unlinks named adapter `adapter`'s terms from m's weights and frees them;
+// its name becomes "". A prepared model's backend drops its copies first
+// (drop_adapter). Only while no forward pass runs on m.
+void remove_named_lora(Model& m, int32_t adapter);
 
 // For writing merged weights: row += b[r, :] . a, r a row of the adapted
 // weight in HF order; and the term of a GGUF tensor (blk.N.attn_q.weight ...), or null.

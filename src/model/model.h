@@ -2,7 +2,8 @@
 // request state; many requests may run on one Model.
 #pragma once
 
-#include <deque>
+#include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,9 +30,11 @@ struct Model {
   std::unique_ptr<GgufFile> gguf;
   TensorSet tensors;
   std::vector<std::vector<uint8_t>> owned;  // converted or re-ordered tensors
-  std::deque<LoraDelta> lora;               // adapters' terms (apply_lora; Weight::lora)
+  std::list<LoraDelta> lora;                // adapters' terms (apply_lora; Weight::lora)
   std::vector<std::string> adapters;        // their paths, as applied
-  std::vector<std::string> adapter_names;   // named adapters (add_named_lora), adapter k at k - 1
+  // named adapters (add_named_lora), adapter k at k - 1; "" where one was removed
+  std::vector<std::string> adapter_names;
+  std::map<int32_t, std::vector<std::vector<uint8_t>>> adapter_bytes;  // a named adapter's terms
 
   // Whether a mapped file of this model was truncated since it was loaded
   // (its weights may no longer be readable: see docs/security.md, "Faults").

@@ -2,6 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <utility>
+
+#include "engine/runtime_lora.h"
+
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -66,6 +71,118 @@ void EngineLoop::run_embeds(std::deque<EmbedJob>& jobs) {
   }
 }
 
+std::future<void> EngineLoop::load_adapter(std::shared_ptr<const LoadedModel> m, std::string name,
+                                           std::string path, bool replace) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto f = done->get_future();
+  auto op = [this, m, name, path, replace, done] {
+    try {
+      const auto mods = pool_.lora_modules();
+      int32_t old = 0;
+      for (size_t k = 0; k < mods.size(); ++k)
+        if (mods[k].first == name) old = int32_t(k + 1);
+      if (old && !replace)
+        throw AdapterTaken(fmt::format("The lora adapter '{}' has already been loaded.", name));
+      auto& names = m->model->adapter_names;
+      std::string hidden;  // the adapter it replaces gives up its name while this one loads
+      if (old && old <= int32_t(names.size())) hidden = std::exchange(names[size_t(old - 1)], "");
+      const int32_t adapter = int32_t(mods.size()) + 1;
+      try {
+        add_serving_adapter(*m, name, path, adapter);
+      } catch (...) {
+        if (!hidden.empty()) names[size_t(old - 1)] = hidden;
+        throw;
+      }
+      pool_.set_lora_module(adapter, name, path);
+      if (old) {
+        pool_.set_lora_module(old, "", "");
+        retire_adapter(old);
+      }
+      spdlog::info("LoRA adapter '{}' loaded from {} (adapter {})", name, path, adapter);
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admin_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return f;
+}
+
+std::future<bool> EngineLoop::unload_adapter(std::string name) {
+  auto done = std::make_shared<std::promise<bool>>();
+  auto f = done->get_future();
+  auto op = [this, name, done] {
+    try {
+      const auto mods = pool_.lora_modules();
+      int32_t adapter = 0;
+      for (size_t k = 0; k < mods.size(); ++k)
+        if (mods[k].first == name) adapter = int32_t(k + 1);
+      if (adapter) {
+        pool_.set_lora_module(adapter, "", "");
+        retire_adapter(adapter);
+        spdlog::info("LoRA adapter '{}' unloaded (adapter {})", name, adapter);
+      }
+      done->set_value(adapter != 0);
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admin_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return f;
+}
+
+void EngineLoop::retire_adapter(int32_t adapter) {
+  std::map<const LoadedModel*, std::shared_ptr<const LoadedModel>> models;
+  for (const auto& l : pool_.loaded()) models[l.model.get()] = l.model;
+  for (const auto& [m, e] : engines_) models.emplace(m, nullptr);
+  for (const auto& [m, held] : models) {
+    if (adapter > int32_t(m->model->adapter_names.size())) continue;
+    auto e = engines_.find(m);
+    if (e != engines_.end() && e->second->uses_adapter(adapter)) {
+      m->model->adapter_names[size_t(adapter - 1)].clear();  // no new request finds it
+      retiring_.emplace_back(m, adapter);
+    } else {
+      remove_serving_adapter(*m, adapter);
+    }
+  }
+}
+
+void EngineLoop::free_retired_adapters() {
+  std::erase_if(retiring_, [&](const auto& r) {
+    auto e = engines_.find(r.first);
+    if (e == engines_.end()) return true;  // the engine and its model are gone
+    if (e->second->uses_adapter(r.second)) return false;
+    remove_serving_adapter(*r.first, r.second);
+    return true;
+  });
+}
+
+void EngineLoop::sync_adapters(const LoadedModel& m) {
+  if (!pool_.owns_adapters(m)) return;
+  const auto mods = pool_.lora_modules();
+  auto& names = m.model->adapter_names;
+  for (size_t k = 0; k < std::max(mods.size(), names.size()); ++k) {
+    const std::string want = k < mods.size() ? mods[k].first : "";
+    const std::string have = k < names.size() ? names[k] : "";
+    if (!want.empty() && want == have) continue;
+    try {
+      // gone, or retired while an engine it had is freed: its terms too (idempotent)
+      if (k < names.size()) remove_serving_adapter(m, int32_t(k + 1));
+      if (!want.empty()) add_serving_adapter(m, want, mods[k].second, int32_t(k + 1));
+    } catch (const std::exception& ex) {  // its requests get "unknown adapter"
+      spdlog::error("LoRA adapter '{}': {}", want, ex.what());
+    }
+  }
+}
+
 void EngineLoop::cancel(const std::shared_ptr<Channel>& ch) {
   ch->cancelled = true;
   {
@@ -96,6 +213,7 @@ Engine& EngineLoop::engine_for(const std::shared_ptr<const LoadedModel>& m) {
       if (c.spec.method == SpecMethod::Draft) c.spec.method = SpecMethod::Off;
     }
   }
+  sync_adapters(*m);  // loaded while the pool's adapters changed
   return *engines_.emplace(m.get(), std::make_unique<Engine>(m, c)).first->second;
 }
 
@@ -184,6 +302,7 @@ void EngineLoop::free_evicted_engines() {
   for (auto it = engines_.begin(); it != engines_.end();) {
     Engine& e = *it->second;
     if (e.n_running() + e.n_waiting() == 0 && !pool_.holds(*it->first)) {
+      std::erase_if(retiring_, [&](const auto& r) { return r.first == it->first; });
       if (kv_events_) {  // its cached blocks go with it
         e.drop_cached_blocks();
         publish_kv_events(*it->first, e);
@@ -223,27 +342,33 @@ void EngineLoop::run() {
     std::deque<Job> jobs;
     std::deque<EmbedJob> embeds;
     std::vector<std::shared_ptr<Channel>> cancels;
+    std::deque<std::function<void()>> admin;
     {
       std::unique_lock<std::mutex> lock(mu_);
       bool busy = false;
       for (auto& [k, e] : engines_) busy |= e->n_running() + e->n_waiting() > 0;
       if (!busy)
         cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
-          return stop_ || !jobs_.empty() || !embeds_.empty() || !cancels_.empty();
+          return stop_ || !jobs_.empty() || !embeds_.empty() || !cancels_.empty() ||
+                 !admin_.empty();
         });
       if (stop_) break;
       jobs.swap(jobs_);
       embeds.swap(embeds_);
       cancels.swap(cancels_);
+      admin.swap(admin_);
     }
-    add_jobs(jobs);
-    jobs.clear();  // the jobs' references to their models
+    add_jobs(jobs);  // before adapter changes: a job queued first sees the adapters it asked for
+    jobs.clear();    // the jobs' references to their models
+    for (auto& op : admin) op();
+    admin.clear();
     run_embeds(embeds);
     embeds.clear();
     for (auto& ch : cancels)
       if (auto it = live_.find(ch.get()); it != live_.end())
         it->second.first->cancel(it->second.second);
     step_engines();
+    free_retired_adapters();
     pool_.expire();  // models past their keep-alive leave the pool; their idle engines go next
     free_evicted_engines();
     update_gauges();

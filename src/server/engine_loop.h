@@ -8,10 +8,12 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -38,6 +40,20 @@ class EngineLoop {
   std::optional<std::future<std::vector<Embedding>>> submit_embed(
       std::shared_ptr<const LoadedModel> m, std::vector<std::vector<int32_t>> inputs,
       Pooling pooling, int32_t adapter = 0);
+  // Named LoRA adapters while serving (the pool's lora_modules; vLLM's
+  // /v1/load_lora_adapter), changed between steps. load_adapter adds `name`
+  // (`path`) to m, the model they attach to, under a number never given
+  // before, and registers it; with `replace`, an adapter of that name gives
+  // way as unload_adapter lets it. The future throws ModelError/IoError for
+  // a file that does not fit, AdapterTaken for a name in use.
+  struct AdapterTaken : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+  };
+  std::future<void> load_adapter(std::shared_ptr<const LoadedModel> m, std::string name,
+                                 std::string path, bool replace);
+  // Unregisters `name`: requests from now on do not find it; requests with
+  // it finish first, then its terms are freed. false: no adapter of that name.
+  std::future<bool> unload_adapter(std::string name);
   bool alive() const { return alive_; }
   // The model (resolved path) whose engine gets the config's draft model;
   // other models' engines have none.
@@ -63,6 +79,9 @@ class EngineLoop {
     std::promise<std::vector<Embedding>> done;
   };
   void run_embeds(std::deque<EmbedJob>& jobs);
+  void retire_adapter(int32_t adapter);  // from every model that has it, once unused
+  void free_retired_adapters();
+  void sync_adapters(const LoadedModel& m);  // a new engine's model: the pool's adapters
   void step_engines();
   void free_evicted_engines();
   void update_gauges();
@@ -78,6 +97,9 @@ class EngineLoop {
   std::deque<Job> jobs_;
   std::deque<EmbedJob> embeds_;
   std::vector<std::shared_ptr<Channel>> cancels_;
+  std::deque<std::function<void()>> admin_;  // adapter changes, run between steps
+  // named adapters unregistered while requests still use them: (engine's model, number)
+  std::vector<std::pair<const LoadedModel*, int32_t>> retiring_;
   std::map<const LoadedModel*, std::unique_ptr<Engine>> engines_;  // the engine holds its model
   std::map<const Channel*, std::pair<Engine*, int64_t>> live_;     // engine thread only
   size_t n_in_flight_ = 0;

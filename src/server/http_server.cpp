@@ -348,8 +348,8 @@ void register_openai(httplib::Server& svr, Api& api) {
   };
   // the named adapters as vLLM lists them: parent, the base model; root, the adapter
   auto adapter_model = [&api](const std::string& name) -> std::optional<json> {
-    for (const auto& [n, path] : api.cfg.lora_modules)
-      if (n == name) {
+    for (const auto& [n, path] : api.routes.pool.lora_modules())
+      if (!n.empty() && n == name) {
         json m = openai_model(name);
         m["parent"] = api.cfg.default_model;
         m["root"] = path;
@@ -361,8 +361,8 @@ void register_openai(httplib::Server& svr, Api& api) {
           [served_names, adapter_model, &api](const httplib::Request&, httplib::Response& res) {
             const auto names = served_names();
             json out = openai_models({names.begin(), names.end()});
-            for (const auto& [name, path] : api.cfg.lora_modules)
-              out["data"].push_back(*adapter_model(name));
+            for (const auto& [name, path] : api.routes.pool.lora_modules())
+              if (!name.empty()) out["data"].push_back(*adapter_model(name));
             send_json(res, 200, out);
           });
   // one of the list (the SDKs' models.retrieve), without loading it
@@ -396,8 +396,8 @@ void register_ollama(httplib::Server& svr, Api& api) {
   svr.Get("/api/tags", [&api](const httplib::Request&, httplib::Response& res) {
     std::vector<std::pair<std::string, int64_t>> models;
     for (auto& n : stored_model_names()) models.emplace_back(n, stored_model_bytes(n));
-    for (const auto& [name, path] : api.cfg.lora_modules)  // --lora-modules: models to clients
-      models.emplace_back(name, int64_t(path_bytes(path)));
+    for (const auto& [name, path] : api.routes.pool.lora_modules())  // adapters: models too
+      if (!name.empty()) models.emplace_back(name, int64_t(path_bytes(path)));
     send_json(res, 200, ollama_tags(models));
   });
   svr.Post("/api/show", [&api](const httplib::Request& req, httplib::Response& res) {
@@ -481,9 +481,6 @@ void on_signal(int) {
 int serve(const ServerConfig& cfg) {
   ModelPool::global().set_default_keep_alive(cfg.keep_alive);
   Api api(cfg);
-  std::vector<std::string> adapters;
-  for (const auto& [name, path] : cfg.lora_modules) adapters.push_back(name);
-  set_adapter_names(std::move(adapters));
   // Load the default model up front: /health reports ready once it is in
   // (and stays ready when its keep-alive unloads it: a request loads it again).
   auto def = find_model(cfg.default_model, cfg.default_model, false);
@@ -558,6 +555,7 @@ int serve(const ServerConfig& cfg) {
   });
   register_responses(svr, api.routes, api.sub, api.responses);
   register_lifecycle(svr, api.routes);
+  register_lora(svr, api.routes);
   register_embeddings(svr, api.routes);
   register_token_utils(svr, api.routes);
   g_server = &svr;

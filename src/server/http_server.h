@@ -50,6 +50,10 @@ struct ServerConfig {
   // --lora-modules (vLLM's): LoRA adapters of the default model, (name,
   // path); a request naming one runs on the default model with it.
   std::vector<std::pair<std::string, std::string>> lora_modules;
+  // --allow-runtime-lora: /v1/load_lora_adapter and /v1/unload_lora_adapter
+  // (vLLM's) add and remove adapters of the default model while serving;
+  // off, they answer 403 (they read files the server can read).
+  bool runtime_lora = false;
 };
 
 // Serves until SIGINT/SIGTERM; returns the process exit code.

@@ -13,19 +13,10 @@ namespace wick::server {
 namespace {
 // Whether the default model's last load failed (its file broken under the server).
 std::atomic<bool> g_default_failed{false};
-std::vector<std::string> g_adapter_names;  // set before the server answers; read-only after
 }  // namespace
 
 bool default_model_failed() {
   return g_default_failed.load();
-}
-
-void set_adapter_names(std::vector<std::string> names) {
-  g_adapter_names = std::move(names);
-}
-
-const std::vector<std::string>& adapter_names() {
-  return g_adapter_names;
 }
 
 std::shared_ptr<const LoadedModel> find_model(const std::string& name,
@@ -34,11 +25,12 @@ std::shared_ptr<const LoadedModel> find_model(const std::string& name,
   std::string n = name.empty() ? default_model : name;
   if (ollama && n.size() > 7 && n.compare(n.size() - 7, 7, ":latest") == 0) n.resize(n.size() - 7);
   if (adapter) *adapter = 0;
-  const auto& names = g_adapter_names;
-  if (auto it = std::find(names.begin(), names.end(), n); it != names.end()) {
-    if (adapter) *adapter = int32_t(it - names.begin()) + 1;
-    n = default_model;
-  }
+  const auto mods = ModelPool::global().lora_modules();
+  for (size_t k = 0; k < mods.size(); ++k)
+    if (!n.empty() && mods[k].first == n) {
+      if (adapter) *adapter = int32_t(k + 1);
+      n = default_model;
+    }
   const bool is_default = n == default_model;
   auto failed = [&] {
     if (is_default) g_default_failed = true;
@@ -46,9 +38,6 @@ std::shared_ptr<const LoadedModel> find_model(const std::string& name,
   try {
     auto m = is_default ? ModelPool::global().get(n) : ModelPool::global().get_stored(n);
     if (is_default) g_default_failed = false;
-    if (adapter && *adapter > int32_t(m->model->adapter_names.size()))
-      throw ApiError{500, fmt::format("model '{}' was loaded without its adapter '{}'", n, name),
-                     "server_error", "model", "model_load_failed"};
     if (!m->tokenizer)
       throw ApiError{400, fmt::format("model '{}' has no tokenizer", n), "invalid_request_error",
                      "model", "model_without_tokenizer"};

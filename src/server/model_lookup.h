@@ -16,16 +16,13 @@ namespace wick::server {
 // model; else a name in the model store only. Ollama names may end in
 // ":latest" (dropped). 404 for an unknown model (any refused name alike),
 // 400 when it has no tokenizer, 500 when it fails to load.
-// A name of a named LoRA adapter (serve's --lora-modules) gives the default
-// model, and *adapter its number (GenerateRequest::adapter; 0 for any other
-// name); without `adapter`, the default model alone (its tokenizer, its show).
+// A name of a named LoRA adapter (the pool's lora_modules: serve's
+// --lora-modules and /v1/load_lora_adapter) gives the default model, and
+// *adapter its number (GenerateRequest::adapter; 0 for any other name);
+// without `adapter`, the default model alone (its tokenizer, its show).
 std::shared_ptr<const LoadedModel> find_model(const std::string& name,
                                               const std::string& default_model, bool ollama,
                                               int32_t* adapter = nullptr);
-// The names of the default model's named adapters, in their order (adapter
-// k at k - 1); set once as the server starts.
-void set_adapter_names(std::vector<std::string> names);
-const std::vector<std::string>& adapter_names();
 // Whether the last load of the default model failed (and none succeeded
 // since): /health answers 503 then.
 bool default_model_failed();

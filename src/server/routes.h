@@ -62,5 +62,6 @@ void register_responses(httplib::Server& svr, RouteContext& ctx, Submitter& sub,
 void register_lifecycle(httplib::Server& svr, RouteContext& ctx);    // lifecycle_routes.cpp
 void register_embeddings(httplib::Server& svr, RouteContext& ctx);   // embed_routes.cpp
 void register_token_utils(httplib::Server& svr, RouteContext& ctx);  // token_routes.cpp
+void register_lora(httplib::Server& svr, RouteContext& ctx);         // lora_routes.cpp
 
 }  // namespace wick::server

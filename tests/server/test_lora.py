@@ -16,6 +16,7 @@ import numpy as np
 import ollama
 import openai
 import pytest
+import requests
 from safetensors.numpy import load_file, save_file
 
 from conftest import WICK, Server, free_port, oa, qwen3_vocab_model
@@ -142,3 +143,88 @@ def test_bad_lora_modules_are_clear_errors(models, flag, message):
                         flag.format(model=base)], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert message in r.stdout + r.stderr
+
+
+def stream_logprobs(server, model, on_first=None):
+    """A greedy stream of 1000 tokens (EOS ignored: a second or more): its tokens' logprobs;
+    on_first runs after its first chunk."""
+    stream = oa(server).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=1000,
+        temperature=0, stream=True, logprobs=True, extra_body={"ignore_eos": True})
+    lps = []
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            if on_first and not lps:
+                on_first()
+            lps += [t.logprob for t in chunk.choices[0].logprobs.content]
+    return lps
+
+
+def test_adapters_load_and_unload_while_serving(models):
+    """vLLM's runtime LoRA updating (--allow-runtime-lora): an adapter loaded through
+    /v1/load_lora_adapter answers as the merged weights and is listed beside its base; a
+    stream that runs with it while it is unloaded finishes with the same text; then its name
+    is gone. Bad requests get clear errors, and without the flag the endpoints answer 403."""
+    base, adapter, merged = models
+    with_merged = Server(model=merged)
+    try:
+        want = answer(with_merged, merged)
+    finally:
+        with_merged.stop()
+    s = Server("--allow-runtime-lora", model=base)
+    load, unload = s.url + "/v1/load_lora_adapter", s.url + "/v1/unload_lora_adapter"
+    try:
+        want_plain = answer(s, base)
+        r = requests.post(load, json={"lora_name": "live", "lora_path": adapter}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.text == "Success: LoRA adapter 'live' added successfully."
+        for (tokens, lps), (want_tokens, want_lps) in zip([answer(s, "live"), answer(s, base)],
+                                                          [want, want_plain]):
+            assert tokens == want_tokens
+            assert np.abs(lps - want_lps).max() < 1e-3
+        listed = {x.id: x for x in oa(s).models.list().data}
+        assert listed["live"].parent == base and listed["live"].root == adapter
+        assert "live:latest" in [x.model for x in ollama.Client(host=s.url).list().models]
+
+        def refused(url, body, status, text):
+            r = requests.post(url, json=body, timeout=60)
+            assert r.status_code == status, r.text
+            assert text in r.json()["error"]["message"]
+
+        refused(load, {"lora_name": "live", "lora_path": adapter}, 400, "has already been loaded")
+        refused(load, {"lora_name": "x"}, 400, "'lora_path' must be provided")
+        refused(load, {"lora_path": adapter}, 400, "'lora_name' must be provided")
+        refused(load, {"lora_name": "x", "lora_path": "/nowhere"}, 404, "no such adapter")
+        refused(load, {"lora_name": "x", "lora_path": os.path.join(base, "config.json")}, 400, "config.json")
+        refused(load, {"lora_name": base, "lora_path": adapter}, 400, "names a model")
+        refused(unload, {"lora_name": "yours"}, 404, "cannot be found")
+        # loaded again in place: a new number, the same answer
+        r = requests.post(load, json={"lora_name": "live", "lora_path": adapter, "load_inplace": True},
+                          timeout=60)
+        assert r.status_code == 200, r.text
+        assert answer(s, "live")[0] == want[0]
+        # a stream with the adapter outlives its unloading, bit for bit
+        whole = stream_logprobs(s, "live")
+        unloaded = []
+        got = stream_logprobs(s, "live", on_first=lambda: unloaded.append(
+            requests.post(unload, json={"lora_name": "live"}, timeout=60)))
+        assert unloaded[0].status_code == 200, unloaded[0].text
+        assert unloaded[0].text == "Success: LoRA adapter 'live' removed successfully."
+        assert len(got) == len(whole) == 1000
+        assert got == whole
+        with pytest.raises(openai.NotFoundError):
+            answer(s, "live")
+        assert "live" not in [x.id for x in oa(s).models.list().data]
+        refused(unload, {"lora_name": "live"}, 404, "cannot be found")
+        assert answer(s, base)[0] == want_plain[0]
+        assert s.proc.poll() is None
+    finally:
+        s.stop()
+    s = Server(model=base)
+    try:
+        r = requests.post(s.url + "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": adapter},
+                          timeout=60)
+        assert r.status_code == 403
+        assert "--allow-runtime-lora" in r.json()["error"]["message"]
+    finally:
+        s.stop()

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <list>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
     return w;
   }
   Weight prepare_vector(const Weight& host) override { return host; }  // already f32
+  void release_matrix(const Weight& w) override {
+    packed_.remove_if([&](const cpu::PackedWeight& p) { return &p.m == w.aux; });
+  }
   void prepare_experts(std::span<const ExpertWeights> host, std::span<ExpertWeights> out) override {
     for (size_t e = 0; e < host.size(); ++e)
       out[e] = {prepare_matrix(host[e].gate), prepare_matrix(host[e].up),
@@ -199,7 +202,7 @@ class CpuBackend final : public Backend {
   const int32_t* adapter_of_ = nullptr;  // the step's rows' named adapters (set_adapter_rows)
   int64_t n_adapter_rows_ = 0;
   cpu::RopeTable rope_;  // for pre-RoPE keys (the shared instance is used by one thread at a time)
-  std::deque<cpu::PackedWeight> packed_;  // stable addresses: Weight::aux points here
+  std::list<cpu::PackedWeight> packed_;  // stable addresses: Weight::aux points here
 };
 
 }  // namespace

@@ -1,0 +1,33 @@
+#include "engine/runtime_lora.h"
+
+#include <span>
+#include <utility>
+
+#include "io/error.h"
+#include "model/forward.h"
+#include "model/lora.h"
+
+namespace wick {
+
+void add_serving_adapter(const LoadedModel& m, const std::string& name, const std::string& path,
+                         int32_t adapter) {
+  if (!m.backend().applies_lora())
+    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
+                m.path, m.backend().name());
+  const std::pair<std::string, float> one{path, 1.f};
+  add_named_lora(*m.model, name, std::span(&one, 1), adapter);
+  try {
+    prepare_adapter(*m.model, *m.device, adapter);
+  } catch (...) {
+    drop_adapter(*m.device, adapter);
+    remove_named_lora(*m.model, adapter);
+    throw;
+  }
+}
+
+void remove_serving_adapter(const LoadedModel& m, int32_t adapter) {
+  drop_adapter(*m.device, adapter);  // the backend's copies read the host terms: they go first
+  remove_named_lora(*m.model, adapter);
+}
+
+}  // namespace wick
