@@ -332,8 +332,10 @@ void llamacpp_generate(Api& api, bool infill, const httplib::Request& req, httpl
     const std::string model = r.model.empty() ? api.cfg.default_model : r.model;
     answer(
         api, res, endpoint, chans, r.stream,
-        [&](const auto& results) { return llamacpp_final(model, t0, results[0], true); },
-        "text/event-stream", std::make_shared<LlamaCppStream>(model, t0), std::move(use));
+        [&](const auto& results) {
+          return llamacpp_final(model, t0, results[0], true, *m->tokenizer);
+        },
+        "text/event-stream", std::make_shared<LlamaCppStream>(model, t0, m), std::move(use));
   } catch (const ApiError& e) {
     api.metrics.count_request(endpoint, e.status);
     send_json(res, e.status, openai_error(e));
@@ -552,6 +554,20 @@ int serve(const ServerConfig& cfg) {
   });
   svr.Post("/infill", [&api](const httplib::Request& req, httplib::Response& res) {
     llamacpp_generate(api, true, req, res);
+  });
+  // llama.cpp's: ?model= picks one, as its router does (default: the served one)
+  svr.Get("/props", [&api](const httplib::Request& req, httplib::Response& res) {
+    try {
+      auto m = find_model(req.get_param_value("model"), api.cfg.default_model, true);
+      send_json(res, 200, llamacpp_props(*m, m->path, api.view(*m).n_ctx, api.cfg.engine.max_seqs));
+    } catch (const ApiError& e) {
+      send_json(res, e.status, openai_error(e));
+    }
+  });
+  svr.Post("/props", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 501,
+              openai_error(ApiError{501, "wick has no global properties to change",
+                                    "not_supported_error", "", "not_supported"}));
   });
   register_responses(svr, api.routes, api.sub, api.responses);
   register_lifecycle(svr, api.routes);

@@ -11,12 +11,6 @@ namespace wick::server {
 
 namespace {
 
-// A sampled id past the tokenizer's (a model's padding rows) has no text.
-std::string token_text(const Tokenizer& tk, int32_t id) {
-  if (id < 0 || id >= tk.n_vocab()) return "";
-  return tk.decode(std::vector<int32_t>{id}, false);
-}
-
 // Completions' logprobs object {tokens, token_logprobs, top_logprobs,
 // text_offset}, a token at a time; offset: the text before the next token.
 struct CompletionLogprobs {
@@ -119,26 +113,6 @@ void add_span_usage(json& usage, const std::vector<GenerateResult>& results) {
 }
 
 }  // namespace
-
-json logprob_entries(const Tokenizer& tk, std::span<const TokenLogprob> lps) {
-  auto bytes_of = [](const std::string& t) {
-    json b = json::array();
-    for (unsigned char c : t) b.push_back(int(c));
-    return b;
-  };
-  json out = json::array();
-  for (auto& t : lps) {
-    json top = json::array();
-    for (auto& [id, lp] : t.top) {
-      const std::string s = token_text(tk, id);
-      top.push_back({{"token", s}, {"logprob", lp}, {"bytes", bytes_of(s)}});
-    }
-    const std::string s = token_text(tk, t.id);
-    out.push_back(
-        {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
-  }
-  return out;
-}
 
 std::string call_id_prefix(const OpenAiMeta& meta, size_t choice) {
   return fmt::format("call_{}_{}_", meta.id.substr(meta.id.find('-') + 1), choice);

@@ -11,6 +11,7 @@
 #include "engine/model_pool.h"
 #include "server/answer_parser.h"
 #include "server/api_types.h"
+#include "server/logprob_json.h"
 #include "server/parse_common.h"
 #include "server/submit.h"
 #include "text/tool_calls.h"
@@ -31,10 +32,6 @@ json openai_models(const std::vector<std::string>& names);
 // The non-streaming response: one choice per result, with logprobs when asked.
 json openai_response(const OpenAiRequest& r, const OpenAiMeta& meta,
                      const std::vector<GenerateResult>& results, const Tokenizer& tk);
-
-// Chat's logprobs.content (and the Responses API's output_text.logprobs):
-// [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}].
-json logprob_entries(const Tokenizer& tk, std::span<const TokenLogprob> lps);
 
 // Tool-call ids of choice i: call_<N>_<i>_<k> for chatcmpl-N.
 std::string call_id_prefix(const OpenAiMeta& meta, size_t choice);

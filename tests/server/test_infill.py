@@ -118,8 +118,52 @@ def test_llamacpp_completion(fim_server):
     assert "".join(e["content"] for e in events) == want.choices[0].text and events[-1]["stop"] is True
 
 
+def test_llamacpp_n_probs(fim_server):
+    """llama.cpp's n_probs: completion_probabilities, one entry per generated token with its
+    id, text, bytes and logprob and the top n_probs alternatives, the values /v1/completions'
+    logprobs give; streamed, each event carries its own tokens' and together they equal the
+    whole answer's."""
+    prompt = "The capital of France is"
+    want = oa(fim_server).completions.create(model="", prompt=prompt, temperature=0, max_tokens=6, logprobs=4)
+    body = {"prompt": prompt, "n_predict": 6, "temperature": 0, "n_probs": 4}
+    j = requests.post(fim_server.url + "/completion", json=body, timeout=60).json()
+    probs = j["completion_probabilities"]
+    assert len(probs) == 6 and j["content"] == want.choices[0].text
+    lp = want.choices[0].logprobs
+    hf = tokenizers.Tokenizer.from_file(os.path.join(QWEN3_TOKENIZER, "tokenizer.json"))
+    for p, token, value, top in zip(probs, lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert p["token"] == token and abs(p["logprob"] - value) < 1e-6
+        assert p["bytes"] == list(p["token"].encode())
+        assert hf.decode([p["id"]], skip_special_tokens=False) == p["token"]
+        assert len(p["top_logprobs"]) == 4 and p["top_logprobs"][0]["id"] == p["id"]  # greedy
+        assert {t["token"]: t["logprob"] for t in p["top_logprobs"]} == pytest.approx(top, abs=1e-6)
+        assert [t["logprob"] for t in p["top_logprobs"]] == sorted((t["logprob"] for t in p["top_logprobs"]),
+                                                                   reverse=True)
+    events = sse_events(requests.post(fim_server.url + "/completion", json={**body, "stream": True}, timeout=60))
+    assert [p for e in events for p in e.get("completion_probabilities", [])] == probs
+    assert "completion_probabilities" not in requests.post(fim_server.url + "/completion", timeout=60, json={
+        "prompt": prompt, "n_predict": 2}).json()
+
+
+def test_llamacpp_props(fim_server, server):
+    """llama.cpp's GET /props: the served model's context, path and chat template, the slots
+    and /completion's defaults; ?model= names another; POST is a 501."""
+    j = requests.get(fim_server.url + "/props", timeout=30).json()
+    template = json.load(open(os.path.join(fim_server.model, "tokenizer_config.json")))["chat_template"]
+    assert j["chat_template"] == template and j["model_path"] == fim_server.model
+    assert j["default_generation_settings"]["n_ctx"] == 4096 and j["total_slots"] >= 1
+    params = j["default_generation_settings"]["params"]
+    assert params["top_k"] == 40 and params["n_probs"] == 0 and params["temperature"] == pytest.approx(0.8)
+    assert j["modalities"]["vision"] is False
+    r = requests.get(fim_server.url + "/props", params={"model": "no-such-model"}, timeout=30)
+    assert r.status_code == 404
+    assert requests.post(fim_server.url + "/props", json={}, timeout=30).status_code == 501
+
+
 def test_llamacpp_errors(fim_server, server, model_name):
-    for body, param in (({"prompt": "x", "n_probs": 3}, "n_probs"), ({"prompt": 5}, "prompt"),
+    for body, param in (({"prompt": "x", "n_probs": 101}, "n_probs"), ({"prompt": "x", "n_probs": -1}, "n_probs"),
+                        ({"prompt": "x", "n_probs": 2, "post_sampling_probs": True}, "post_sampling_probs"),
+                        ({"prompt": 5}, "prompt"),
                         ({"prompt": "x", "n_predict": 0}, "n_predict"),
                         ({"prompt": "x", "json_schema": "no"}, "json_schema")):
         r = requests.post(fim_server.url + "/completion", json=body, timeout=30)
