@@ -370,6 +370,30 @@ void register_run(CLI::App& app) {
 
 namespace wick::cli {
 
+namespace {
+
+// A --lora-modules value: NAME=PATH, or vLLM's JSON form {"name", "path"[,
+// "base_model_name"]} (the base is always --model here).
+std::pair<std::string, std::string> parse_lora_module(const std::string& m) {
+  if (!m.empty() && m.front() == '{') {
+    const json j = json::parse(m, nullptr, false);
+    auto text = [&](const char* key) {
+      if (j.is_discarded() || !j.is_object() || !j.contains(key) || !j[key].is_string() ||
+          j[key].get<std::string>().empty())
+        throw CLI::ValidationError("--lora-modules",
+                                   m + ": expected {\"name\": NAME, \"path\": PATH}");
+      return j[key].get<std::string>();
+    };
+    return {text("name"), text("path")};
+  }
+  const size_t eq = m.find('=');
+  if (eq == 0 || eq == std::string::npos || eq + 1 == m.size())
+    throw CLI::ValidationError("--lora-modules", m + ": expected NAME=PATH");
+  return {m.substr(0, eq), m.substr(eq + 1)};
+}
+
+}  // namespace
+
 void register_serve(CLI::App& app) {
   auto* cmd =
       app.add_subcommand("serve", "Serve models over an OpenAI- and Ollama-compatible HTTP API");
@@ -472,7 +496,8 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"mean", "last"}));
   static std::vector<std::string> lora_modules;
   cmd->add_option("--lora-modules", lora_modules,
-                  "NAME=PATH (repeatable, vLLM's): a LoRA adapter of --model (a GGUF adapter or "
+                  "NAME=PATH or {\"name\": NAME, \"path\": PATH} (repeatable, vLLM's): a LoRA "
+                  "adapter of --model (a GGUF adapter or "
                   "a PEFT folder, as --lora) that requests choose by naming NAME as their model; "
                   "requests with different adapters, or none, share one batch and one copy of "
                   "the model (CPU only)");
@@ -527,10 +552,7 @@ void register_serve(CLI::App& app) {
     }
     cfg.lora_modules.clear();
     for (const std::string& m : lora_modules) {
-      const size_t eq = m.find('=');
-      if (eq == 0 || eq == std::string::npos || eq + 1 == m.size())
-        throw CLI::ValidationError("--lora-modules", m + ": expected NAME=PATH");
-      std::string name = m.substr(0, eq), path = m.substr(eq + 1);
+      auto [name, path] = parse_lora_module(m);
       if (name == cfg.default_model)
         throw CLI::ValidationError("--lora-modules", name + " is the name of --model");
       for (const auto& [other, p] : cfg.lora_modules)

@@ -134,13 +134,28 @@ def test_named_adapter_is_a_model_beside_its_base(models):
         s.stop()
 
 
+def test_lora_modules_take_vllms_json_form(models):
+    base, adapter, merged = models
+    spec = json.dumps({"name": "mine", "path": adapter, "base_model_name": "some/hub-name"})
+    s = Server("--lora-modules", spec, model=base)
+    try:
+        listed = {x.id: x for x in oa(s).models.list().data}
+        assert listed["mine"].parent == base and listed["mine"].root == adapter
+        # the adapter applies: its answer's logprobs are not the base's
+        assert np.abs(answer(s, "mine")[1] - answer(s, base)[1]).max() > 1e-2
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("flag, message", [("mine", "expected NAME=PATH"),
+                                           ('{"name": "mine"}', 'expected {"name": NAME, "path": PATH}'),
+                                           ("{not json", 'expected {"name": NAME, "path": PATH}'),
                                            ("mine=/nowhere", "no such adapter"),
                                            ("{model}=x", "is the name of --model")])
 def test_bad_lora_modules_are_clear_errors(models, flag, message):
     base = models[0]
     r = subprocess.run([WICK, "serve", "--model", base, "--port", str(free_port()), "--lora-modules",
-                        flag.format(model=base)], capture_output=True, text=True, timeout=60)
+                        flag.replace("{model}", base)], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert message in r.stdout + r.stderr
 
