@@ -42,6 +42,16 @@ struct LoraDelta {
   const LoraDelta* next = nullptr;  // the weight's next term
 };
 
+// Takes named adapter `adapter`'s terms out of w's list (they stay where they are stored).
+inline void unlink_lora(Weight& w, int32_t adapter) {
+  for (const LoraDelta** at = &w.lora; *at;) {
+    if ((*at)->adapter == adapter)
+      *at = (*at)->next;
+    else
+      at = const_cast<const LoraDelta**>(&(*at)->next);
+  }
+}
+
 // One expert of a mixture-of-experts layer.
 struct ExpertWeights {
   Weight gate;  // [n_ff_expert, n_embd]

@@ -3,7 +3,6 @@
 #include <span>
 #include <utility>
 
-#include "io/error.h"
 #include "model/forward.h"
 #include "model/lora.h"
 
@@ -11,9 +10,6 @@ namespace wick {
 
 void add_serving_adapter(const LoadedModel& m, const std::string& name, const std::string& path,
                          int32_t adapter) {
-  if (!m.backend().applies_lora())
-    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
-                m.path, m.backend().name());
   const std::pair<std::string, float> one{path, 1.f};
   add_named_lora(*m.model, name, std::span(&one, 1), adapter);
   try {

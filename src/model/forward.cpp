@@ -54,12 +54,16 @@ void for_each_matrix_pair(const Model& m, DeviceModel& dm, F&& f) {
       dm.weights, [&](Weight& x) { f(lists.at(i++), x); }, none, none);
 }
 
+void check_applies_lora(const Model& m, const Backend& be) {
+  if (!be.applies_lora())
+    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
+                m.path, be.name());
+}
+
 }  // namespace
 
 std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backend> be) {
-  if (!m.lora.empty() && !be->applies_lora())
-    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
-                m.path, be->name());
+  if (!m.lora.empty()) check_applies_lora(m, *be);
   auto dm = std::make_unique<DeviceModel>();
   dm->weights = m.weights;
   ModelWeights& w = dm->weights;
@@ -85,9 +89,7 @@ std::unique_ptr<DeviceModel> prepare_model(const Model& m, std::unique_ptr<Backe
 }
 
 void prepare_adapter(const Model& m, DeviceModel& dm, int32_t adapter) {
-  if (!dm.backend->applies_lora())
-    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
-                m.path, dm.backend->name());
+  check_applies_lora(m, *dm.backend);
   for_each_matrix_pair(m, dm, [&](const LoraDelta* host, Weight& x) {
     link_terms(*dm.backend, dm, host, x, [&](const LoraDelta& d) { return d.adapter == adapter; });
   });
@@ -96,16 +98,7 @@ void prepare_adapter(const Model& m, DeviceModel& dm, int32_t adapter) {
 void drop_adapter(DeviceModel& dm, int32_t adapter) {
   auto none = [](auto&) {};
   for_each_layer_weight(
-      dm.weights,
-      [&](Weight& x) {
-        for (const LoraDelta** at = &x.lora; *at;) {
-          if ((*at)->adapter == adapter)
-            *at = (*at)->next;  // unlinked
-          else
-            at = const_cast<const LoraDelta**>(&(*at)->next);
-        }
-      },
-      none, none);
+      dm.weights, [&](Weight& x) { unlink_lora(x, adapter); }, none, none);
   dm.lora.remove_if([&](const LoraDelta& d) {
     if (d.adapter != adapter) return false;
     dm.backend->release_matrix(d.a);

@@ -344,13 +344,7 @@ int32_t add_named_lora(Model& m, const std::string& name,
 void remove_named_lora(Model& m, int32_t adapter) {
   if (adapter <= 0) throw std::logic_error("remove_named_lora: adapter 0 is every row's");
   for (auto& l : m.weights.layers)
-    for (const Target& t : kTargets)
-      for (const LoraDelta** at = &(l.*t.weight).lora; *at;) {
-        if ((*at)->adapter == adapter)
-          *at = (*at)->next;  // unlinked
-        else
-          at = const_cast<const LoraDelta**>(&(*at)->next);
-      }
+    for (const Target& t : kTargets) unlink_lora(l.*t.weight, adapter);
   m.lora.remove_if([&](const LoraDelta& d) { return d.adapter == adapter; });
   m.adapter_bytes.erase(adapter);
   if (adapter <= int32_t(m.adapter_names.size())) m.adapter_names[size_t(adapter - 1)].clear();

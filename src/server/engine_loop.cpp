@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "engine/runtime_lora.h"
@@ -71,72 +72,76 @@ void EngineLoop::run_embeds(std::deque<EmbedJob>& jobs) {
   }
 }
 
-std::future<void> EngineLoop::load_adapter(std::shared_ptr<const LoadedModel> m, std::string name,
-                                           std::string path, bool replace) {
-  auto done = std::make_shared<std::promise<void>>();
+namespace {
+
+// The number of the registered adapter named `name` (ModelPool::lora_modules), or 0.
+int32_t adapter_named(const std::vector<std::pair<std::string, std::string>>& mods,
+                      const std::string& name) {
+  for (size_t k = 0; k < mods.size(); ++k)
+    if (mods[k].first == name) return int32_t(k + 1);
+  return 0;
+}
+
+}  // namespace
+
+template <typename T, typename F>
+std::future<T> EngineLoop::between_steps(F op) {
+  auto done = std::make_shared<std::promise<T>>();
   auto f = done->get_future();
-  auto op = [this, m, name, path, replace, done] {
-    try {
-      const auto mods = pool_.lora_modules();
-      int32_t old = 0;
-      for (size_t k = 0; k < mods.size(); ++k)
-        if (mods[k].first == name) old = int32_t(k + 1);
-      if (old && !replace)
-        throw AdapterTaken(fmt::format("The lora adapter '{}' has already been loaded.", name));
-      auto& names = m->model->adapter_names;
-      std::string hidden;  // the adapter it replaces gives up its name while this one loads
-      if (old && old <= int32_t(names.size())) hidden = std::exchange(names[size_t(old - 1)], "");
-      const int32_t adapter = int32_t(mods.size()) + 1;
-      try {
-        add_serving_adapter(*m, name, path, adapter);
-      } catch (...) {
-        if (!hidden.empty()) names[size_t(old - 1)] = hidden;
-        throw;
-      }
-      pool_.set_lora_module(adapter, name, path);
-      if (old) {
-        pool_.set_lora_module(old, "", "");
-        retire_adapter(old);
-      }
-      spdlog::info("LoRA adapter '{}' loaded from {} (adapter {})", name, path, adapter);
-      done->set_value();
-    } catch (...) {
-      done->set_exception(std::current_exception());
-    }
-  };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    admin_.push_back(std::move(op));
+    admin_.push_back([done, op = std::move(op)]() mutable {
+      try {
+        if constexpr (std::is_void_v<T>) {
+          op();
+          done->set_value();
+        } else {
+          done->set_value(op());
+        }
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
   }
   cv_.notify_all();
   return f;
 }
 
-std::future<bool> EngineLoop::unload_adapter(std::string name) {
-  auto done = std::make_shared<std::promise<bool>>();
-  auto f = done->get_future();
-  auto op = [this, name, done] {
+std::future<void> EngineLoop::load_adapter(std::shared_ptr<const LoadedModel> m, std::string name,
+                                           std::string path, bool replace) {
+  return between_steps<void>([this, m, name, path, replace] {
+    const auto mods = pool_.lora_modules();
+    const int32_t old = adapter_named(mods, name);
+    if (old && !replace)
+      throw AdapterTaken(fmt::format("The lora adapter '{}' has already been loaded.", name));
+    auto& names = m->model->adapter_names;
+    std::string hidden;  // the adapter it replaces gives up its name while this one loads
+    if (old && old <= int32_t(names.size())) hidden = std::exchange(names[size_t(old - 1)], "");
+    const int32_t adapter = int32_t(mods.size()) + 1;
     try {
-      const auto mods = pool_.lora_modules();
-      int32_t adapter = 0;
-      for (size_t k = 0; k < mods.size(); ++k)
-        if (mods[k].first == name) adapter = int32_t(k + 1);
-      if (adapter) {
-        pool_.set_lora_module(adapter, "", "");
-        retire_adapter(adapter);
-        spdlog::info("LoRA adapter '{}' unloaded (adapter {})", name, adapter);
-      }
-      done->set_value(adapter != 0);
+      add_serving_adapter(*m, name, path, adapter);
     } catch (...) {
-      done->set_exception(std::current_exception());
+      if (!hidden.empty()) names[size_t(old - 1)] = hidden;
+      throw;
     }
-  };
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    admin_.push_back(std::move(op));
-  }
-  cv_.notify_all();
-  return f;
+    pool_.set_lora_module(adapter, name, path);
+    if (old) {
+      pool_.set_lora_module(old, "", "");
+      retire_adapter(old);
+    }
+    spdlog::info("LoRA adapter '{}' loaded from {} (adapter {})", name, path, adapter);
+  });
+}
+
+std::future<bool> EngineLoop::unload_adapter(std::string name) {
+  return between_steps<bool>([this, name] {
+    const int32_t adapter = adapter_named(pool_.lora_modules(), name);
+    if (!adapter) return false;
+    pool_.set_lora_module(adapter, "", "");
+    retire_adapter(adapter);
+    spdlog::info("LoRA adapter '{}' unloaded (adapter {})", name, adapter);
+    return true;
+  });
 }
 
 void EngineLoop::retire_adapter(int32_t adapter) {

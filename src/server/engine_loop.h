@@ -79,6 +79,9 @@ class EngineLoop {
     std::promise<std::vector<Embedding>> done;
   };
   void run_embeds(std::deque<EmbedJob>& jobs);
+  // Runs op on this thread between steps; its result or exception reaches the future.
+  template <typename T, typename F>
+  std::future<T> between_steps(F op);
   void retire_adapter(int32_t adapter);  // from every model that has it, once unused
   void free_retired_adapters();
   void sync_adapters(const LoadedModel& m);  // a new engine's model: the pool's adapters
