@@ -139,15 +139,19 @@ class Backend {
   // memory lives as long as the backend.
   virtual Weight prepare_matrix(const Weight& host) = 0;
   virtual Weight prepare_vector(const Weight& host) = 0;
-  // Gives back early what prepare_matrix made of a matrix no product will
-  // read again (a LoRA adapter removed while serving).
+  // Give back early what prepare_matrix / prepare_vector made of a weight
+  // nothing will read again (a LoRA adapter removed while serving).
   virtual void release_matrix(const Weight& w) {}
+  virtual void release_vector(const Weight& w) {}
   // The experts of one MoE layer (the backend may place them side by side).
   virtual void prepare_experts(std::span<const ExpertWeights> host,
                                std::span<ExpertWeights> out) = 0;
   // Whether this backend's products add a weight's LoRA term (Weight::lora);
   // a model with adapters is refused by one that does not.
   virtual bool applies_lora() const { return false; }
+  // w's list of LoRA terms (prepared by this backend) changed: terms linked
+  // at load or while serving, or unlinked; called outside any step.
+  virtual void lora_changed(const Weight& w) {}
   // The named adapter of each row of the products that follow (the step's
   // tokens, BatchArgs::adapter_of, in backend memory), or null: a term of a
   // named adapter is added to no row. Set by forward() around each step.

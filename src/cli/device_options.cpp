@@ -64,7 +64,7 @@ void add_device_options(CLI::App* cmd) {
                   "the context the model was trained at, for --rope-scaling yarn (default: the "
                   "model's)")
       ->check(CLI::PositiveNumber);
-  add_lora_options(cmd, p.lora, "apply a LoRA adapter at load (CPU only)");
+  add_lora_options(cmd, p.lora, "apply a LoRA adapter at load");
   // Models loaded through the pool use these options.
   cmd->parse_complete_callback([] { ModelPool::global().set_backend(backend_options()); });
 }

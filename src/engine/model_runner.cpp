@@ -46,11 +46,14 @@ void ModelRunner::run(Batch& b) {
     opt.ctx_round = kCtxRound;
     const int32_t max_pos = *std::max_element(b.positions.begin(), b.positions.end());
     const uint64_t bucket = uint64_t(max_pos / kCtxRound);
-    // holes (span layouts) add a table to the batch: a layout of their own
+    // holes (span layouts) add a table to the batch, and named adapters a
+    // row list (their terms' kernels read it): layouts of their own
     bool holes = false;
     for (auto& f : b.block_fills) holes |= !f.empty();
-    opt.graph_key = (uint64_t(reinterpret_cast<uintptr_t>(this)) << 24) ^ (bucket << 12) ^
-                    (uint64_t(holes) << 11) ^ uint64_t(b.n_tokens());
+    const bool adapters =
+        std::any_of(b.adapters.begin(), b.adapters.end(), [](int32_t a) { return a != 0; });
+    opt.graph_key = (uint64_t(reinterpret_cast<uintptr_t>(this)) << 24) ^ (bucket << 14) ^
+                    (uint64_t(adapters) << 13) ^ (uint64_t(holes) << 12) ^ uint64_t(b.n_tokens());
   }
   forward(*model_->device, model_->config(), b, *kv_, scratch_, out, opt);
   row_on_host_.assign(n_rows_, model_->backend().device() == Device::Cpu);

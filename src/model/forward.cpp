@@ -30,6 +30,7 @@ template <class Keep>
 void link_terms(Backend& be, DeviceModel& dm, const LoraDelta* src, Weight& x, Keep keep) {
   const LoraDelta** tail = &x.lora;
   while (*tail) tail = const_cast<const LoraDelta**>(&(*tail)->next);
+  bool linked = false;
   for (; src; src = src->next) {
     if (!keep(*src)) continue;
     LoraDelta& d =
@@ -37,7 +38,9 @@ void link_terms(Backend& be, DeviceModel& dm, const LoraDelta* src, Weight& x, K
                                        be.prepare_vector(src->scale), src->adapter});
     *tail = &d;
     tail = &d.next;
+    linked = true;
   }
+  if (linked) be.lora_changed(x);
 }
 
 // Calls f(host term list, device weight) for each layer matrix of m and dm,
@@ -56,8 +59,7 @@ void for_each_matrix_pair(const Model& m, DeviceModel& dm, F&& f) {
 
 void check_applies_lora(const Model& m, const Backend& be) {
   if (!be.applies_lora())
-    throw_model("{}: LoRA adapters run on the CPU only for now (--device cpu); this backend is {}",
-                m.path, be.name());
+    throw_model("{}: this backend ({}) does not apply LoRA adapters", m.path, be.name());
 }
 
 }  // namespace
@@ -98,11 +100,20 @@ void prepare_adapter(const Model& m, DeviceModel& dm, int32_t adapter) {
 void drop_adapter(DeviceModel& dm, int32_t adapter) {
   auto none = [](auto&) {};
   for_each_layer_weight(
-      dm.weights, [&](Weight& x) { unlink_lora(x, adapter); }, none, none);
+      dm.weights,
+      [&](Weight& x) {
+        bool has = false;
+        for (const LoraDelta* d = x.lora; d; d = d->next) has |= d->adapter == adapter;
+        if (!has) return;
+        unlink_lora(x, adapter);
+        dm.backend->lora_changed(x);
+      },
+      none, none);
   dm.lora.remove_if([&](const LoraDelta& d) {
     if (d.adapter != adapter) return false;
     dm.backend->release_matrix(d.a);
     dm.backend->release_matrix(d.b);
+    dm.backend->release_vector(d.scale);
     return true;
   });
 }

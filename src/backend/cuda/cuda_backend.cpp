@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <list>
 #include <map>
 #include <unordered_map>
 
@@ -92,8 +92,10 @@ class CudaBackend final : public Backend {
     drop_graphs();
     // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
+    lora_tables_.clear();
     owned_.clear();
-    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &xb_, &norm_counter_})
+    for (Buffer* b :
+         {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &xb_, &norm_counter_, &lora_t_})
       b->reset();
     auto tabs = std::move(rope_tabs_);  // (their release looks into rope_tabs_)
     rope_tabs_.clear();
@@ -189,6 +191,14 @@ class CudaBackend final : public Backend {
     w.data = upload_owned(host.data, size_t(host.n_in) * 4);
     return w;
   }
+  void release_matrix(const Weight& w) override {
+    const GpuWeight* g = &desc(w);
+    for (const void* p :
+         {g->q, static_cast<const void*>(g->scale), static_cast<const void*>(g->min)})
+      if (p) owned_.erase(p);
+    descs_.remove_if([&](const GpuWeight& d) { return &d == g; });
+  }
+  void release_vector(const Weight& w) override { owned_.erase(w.data); }
   void prepare_experts(std::span<const ExpertWeights> host, std::span<ExpertWeights> out) override {
     std::vector<GpuWeight> table;
     for (size_t e = 0; e < host.size(); ++e) {
@@ -268,6 +278,14 @@ class CudaBackend final : public Backend {
     graphs_[key] = exec;
   }
 
+  // LoRA terms: each adapted weight's terms in a device table (lora.cu).
+  bool applies_lora() const override { return true; }
+  void set_adapter_rows(const int32_t* adapter_of, int64_t n_rows) override {
+    adapter_of_ = adapter_of;
+    n_adapter_rows_ = n_rows;
+  }
+  void lora_changed(const Weight& w) override;
+
   // ---- kernels ----
   void embed(const Weight& tok, const BatchArgs& b, float* out) override {
     cuda::embed(desc(tok), b.token_ids, b.n_tokens, out, st_);
@@ -287,13 +305,15 @@ class CudaBackend final : public Backend {
     const GpuWeight& d = *job.w;
     if (skip(d.n_out >= 32000 ? "head" : d.n_in == d.n_out ? "o" : "down")) return;
     cuda::matmul(&job, 1, x, int(n_rows), mm_scratch(*job.w, n_rows), st_);
+    add_lora(w, x, n_rows, y);
   }
   void matmul_add_rmsnorm(const Weight& w, const float* in, int64_t n_rows, float* proj, float* x,
                           const float* norm, float eps, float* y) override {
     const cuda::MatmulJob job{&desc(w), proj, nullptr};
     const cuda::AddNorm a{x, norm, eps, y, norm_counter_.as<int>()};
-    // (WICK_CUDA_SKIP measures the product and the norm apart: two kernels)
-    if (skip_.empty() && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st_)) return;
+    // (WICK_CUDA_SKIP measures the product and the norm apart: two kernels;
+    // a LoRA term comes between the product and the add)
+    if (skip_.empty() && !w.lora && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st_)) return;
     Backend::matmul_add_rmsnorm(w, in, n_rows, proj, x, norm, eps, y);
   }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
@@ -302,12 +322,14 @@ class CudaBackend final : public Backend {
     cuda::MatmulJob jobs[3];
     for (int i = 0; i < 3; ++i) jobs[i] = {&desc(*w[i]), out[i], bias[i]};
     cuda::matmul(jobs, 3, x, int(n_rows), mm_scratch(*jobs[0].w, n_rows), st_);
+    for (int i = 0; i < 3; ++i) add_lora(*w[i], x, n_rows, out[i]);
   }
   void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
                       float* g, float* u) override {
     if (skip("gate_up")) return;
     const GpuWeight &dg = desc(gate), &du = desc(up);
-    if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group) {
+    if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group || gate.lora ||
+        up.lora) {
       Backend::matmul_gate_up(gate, up, x, n_rows, g, u);  // two products, then silu * up
       return;
     }
@@ -354,8 +376,11 @@ class CudaBackend final : public Backend {
     r.cache_f16 = kv.dtype == DType::F16;
     r.rotate_k = !kv.pre_rope;
     r.head_dim = int(s.head_dim);
-    // (WICK_CUDA_SKIP measures qkv and rope apart: the two kernels)
-    if (skip_.empty() && cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, st_)) return;
+    // (WICK_CUDA_SKIP measures qkv and rope apart: the two kernels; LoRA
+    // terms come between the products and RoPE)
+    const bool lora = w[0]->lora || w[1]->lora || w[2]->lora;
+    if (skip_.empty() && !lora && cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, st_))
+      return;
     Backend::qkv_rope_kv_write(w, bias, x, out, kv, il, b, s);
   }
   void attention(const float* q, const KvStore& kv, int64_t il, const BatchArgs& b,
@@ -427,9 +452,27 @@ class CudaBackend final : public Backend {
     return *static_cast<const GpuWeight*>(w.aux);
   }
   const void* upload_owned(const void* src, size_t bytes) {
-    Buffer& b = owned_.emplace_back(alloc(bytes));
+    Buffer b = alloc(bytes);
     copy_to_device(b.data(), src, bytes);
-    return b.data();
+    const void* p = b.data();
+    owned_.emplace(p, std::move(b));
+    return p;
+  }
+  // y += the LoRA terms of w that apply to the step's rows.
+  void add_lora(const Weight& w, const float* x, int64_t n_rows, float* y) {
+    if (!w.lora) return;
+    auto it = lora_tables_.find(&desc(w));
+    if (it == lora_tables_.end())
+      throw std::logic_error(
+          "CUDA backend: a weight's LoRA terms were linked without lora_changed");
+    const LoraTable& t = it->second;
+    if (!adapter_of_ && t.all_named) return;  // no row chose an adapter
+    if (adapter_of_ && n_rows != n_adapter_rows_)
+      throw std::logic_error("LoRA: a named adapter's product over rows that are not the step's");
+    const size_t need = size_t(n_rows) * size_t(t.total_rank) * 4;
+    if (lora_t_.bytes() < need) lora_t_ = alloc(need * 2);
+    cuda::lora_add(t.terms.as<cuda::LoraTerm>(), t.n_terms, t.total_rank, adapter_of_, x,
+                   int(n_rows), int(w.n_in), int(w.n_out), lora_t_.as<float>(), y, st_);
   }
   // The rope table for pre-RoPE keys, grown (doubling) to cover n_pos
   // positions: one per frequency buffer (each runner has its own), so that
@@ -481,16 +524,24 @@ class CudaBackend final : public Backend {
   cudaStream_t st_ = nullptr;
   size_t budget_ = 0, used_ = 0;
   std::unordered_map<void*, size_t> sizes_;
-  std::deque<GpuWeight> descs_;  // stable addresses: Weight::aux points here
-  std::deque<Buffer> owned_;     // prepared weights
+  std::list<GpuWeight> descs_;                     // stable addresses: Weight::aux points here
+  std::unordered_map<const void*, Buffer> owned_;  // prepared weights, by address
   std::map<const void*, Buffer> expert_tables_;
+  struct LoraTable {
+    Buffer terms;  // [n_terms] cuda::LoraTerm
+    int n_terms = 0, total_rank = 0;
+    bool all_named = true;  // no term of adapter 0 (every row)
+  };
+  std::unordered_map<const GpuWeight*, LoraTable> lora_tables_;  // by adapted weight
+  const int32_t* adapter_of_ = nullptr;  // the step's rows' named adapters (set_adapter_rows)
+  int64_t n_adapter_rows_ = 0;
   // WICK_CUDA_SKIP=norm,qkv,rope,attn,o,gate_up,down,head: kernels left out, for
   // timing what each costs inside a decode step (the output is garbage).
   bool skip(const char* what) const {
     return !skip_.empty() && skip_.find(std::string(",") + what + ",") != std::string::npos;
   }
   std::string skip_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, xb_, norm_counter_;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, xb_, norm_counter_, lora_t_;
   struct RopeTab {
     Buffer tab;  // [n_pos][head_dim]: cos of the half, then sin
     int head_dim = 0, n_pos = 0;
@@ -501,6 +552,42 @@ class CudaBackend final : public Backend {
   cudaEvent_t upload_done_ = nullptr;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
 };
+
+void CudaBackend::lora_changed(const Weight& w) {
+  drop_graphs();  // recorded steps launch the old table's terms
+  const GpuWeight* key = &desc(w);
+  if (!w.lora) {
+    lora_tables_.erase(key);
+    return;
+  }
+  std::vector<cuda::LoraTerm> terms;
+  LoraTable t;
+  for (const LoraDelta* l = w.lora; l; l = l->next) {
+    const GpuWeight &a = desc(l->a), &b = desc(l->b);
+    for (const GpuWeight* m : {&a, &b})
+      if (m->fmt != cuda::Fmt::F32 && m->fmt != cuda::Fmt::BF16 && m->fmt != cuda::Fmt::F16)
+        throw std::runtime_error("CUDA backend: a LoRA term must be f32, bf16 or f16");
+    if (a.n_in != w.n_in || b.n_out != w.n_out || b.n_in != a.n_out)
+      throw std::logic_error("CUDA backend: a LoRA term's shape does not fit its weight");
+    cuda::LoraTerm& d = terms.emplace_back();
+    d.a = a.q;
+    d.b = b.q;
+    d.scale = l->scale.f32();
+    d.a_fmt = a.fmt;
+    d.b_fmt = b.fmt;
+    d.a_stride = a.k_pad;
+    d.b_stride = b.k_pad;
+    d.rank = a.n_out;
+    d.adapter = l->adapter;
+    d.t_off = t.total_rank;
+    t.total_rank += a.n_out;
+    t.all_named &= l->adapter != 0;
+  }
+  t.n_terms = int(terms.size());
+  t.terms = alloc(terms.size() * sizeof(cuda::LoraTerm));
+  copy_to_device(t.terms.data(), terms.data(), terms.size() * sizeof(cuda::LoraTerm));
+  lora_tables_[key] = std::move(t);
+}
 
 void CudaBackend::moe_mlp_host_routed(std::span<const ExpertWeights> experts, const float* x,
                                       int64_t n_tokens, int64_t k, const int32_t* ids,

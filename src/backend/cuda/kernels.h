@@ -85,6 +85,27 @@ int grouped_tile_rows(int n_rows);
 void matmul_grouped(const GroupedMatmul& g, cudaStream_t st);
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t st);
 
+// ---- lora.cu ----
+// One LoRA term of a weight as the device reads it: a [rank, n_in] and
+// b [n_out, rank] dense (F32, BF16 or F16; rows a_stride / b_stride
+// elements apart), scale [rank]; its ranks take t's columns [t_off, t_off + rank).
+struct LoraTerm {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const float* scale = nullptr;
+  Fmt a_fmt = Fmt::F32, b_fmt = Fmt::F32;
+  int32_t a_stride = 0, b_stride = 0;
+  int32_t rank = 0;
+  int32_t adapter = 0;  // 0: every row; k: rows whose adapter_of is k
+  int32_t t_off = 0;
+};
+// y [n_rows, n_out] += b (scale * (a x)) for each of a weight's n_terms terms
+// (device table, t_off ascending, in list order) that applies to a row;
+// adapter_of [n_rows] or null (named adapters' terms then apply to no row);
+// t: scratch of n_rows * total_rank floats.
+void lora_add(const LoraTerm* terms, int n_terms, int total_rank, const int32_t* adapter_of,
+              const float* x, int n_rows, int n_in, int n_out, float* t, float* y, cudaStream_t st);
+
 // ---- elementwise.cu ----
 void embed(const GpuWeight& tok, const int32_t* ids, int n, float* out, cudaStream_t st);
 void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float* y,

@@ -1,0 +1,197 @@
+// LoRA adapters on the GPU (lora.cu): an adapter applied at load against
+// PEFT's merged reference (--gpu-f32) and against what it changes on the CPU
+// (bf16); named adapters batched together, recorded as graphs, each with
+// the bits of a model that applies that adapter to every row; adapters
+// added and removed while the engine serves.
+// Fixtures: tests/python/make_lora_fixtures.py (build/testdata/lora, or
+// WICK_TEST_DATA_DIR/lora on a GPU machine).
+#include <filesystem>
+
+#include "engine/engine.h"
+#include "engine/model_pool.h"
+#include "engine/runtime_lora.h"
+#include "engine/session.h"
+#include "engine_run.h"
+#include "gpu/gpu_helpers.h"
+#include "helpers.h"
+#include "model/lora.h"
+
+namespace wick::test {
+namespace {
+
+using Named = std::vector<std::pair<std::string, std::string>>;
+
+std::string gpu_lora_dir() {
+  return data_dir() + "/lora";
+}
+
+#define WICK_REQUIRE_GPU_LORA_FIXTURES()                                                           \
+  do {                                                                                             \
+    if (!std::filesystem::exists(gpu_lora_dir() + "/ids.json"))                                    \
+      WICK_SKIP_OR_FAIL("lora fixtures missing at "                                                \
+                        << gpu_lora_dir() << " (ctest runs setup.lora_fixtures; on a GPU "         \
+                        << "machine scripts/gpu_check sets WICK_TEST_DATA_DIR to .gpu/testdata)"); \
+  } while (0)
+
+std::shared_ptr<const LoadedModel> gpu_lora_model(
+    bool gpu_f32, const std::vector<std::pair<std::string, float>>& lora, Named named = {}) {
+  BackendOptions opt = cuda_opts(gpu_f32);
+  opt.lora = lora;
+  opt.lora_modules = std::move(named);
+  return load_model_at("tiny-llama", tiny_dir("llama"), {}, opt);
+}
+
+std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+// Greedy requests long enough for decode steps to be recorded and replayed,
+// each choosing adapter i % 3, every third prefilled in chunks of 5.
+std::vector<GenerateRequest> gpu_adapter_requests(uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    auto r = greedy_request(random_tokens(rng, 3 + int(rng() % 40), 512), 12 + int(rng() % 12));
+    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
+    r.keep_first_logits = true;
+    r.adapter = i % 3;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+void expect_same_bits(const GenerateResult& got, const GenerateResult& want, size_t i) {
+  EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+  EXPECT_EQ(got.first_logits, want.first_logits) << "request " << i;
+}
+
+TEST(LoraOnGpu, AdapterAtLoadMatchesTheCpu) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  WICK_REQUIRE_GPU_LORA_FIXTURES();
+  const auto ids = read_json(gpu_lora_dir() + "/ids.json").get<std::vector<int32_t>>();
+  const std::string one = gpu_lora_dir() + "/llama/peft",
+                    rs = gpu_lora_dir() + "/llama/peft-rslora";
+  // --gpu-f32: PEFT's merged reference (numpy, float64), one adapter and two stacked
+  struct Case {
+    std::vector<std::pair<std::string, float>> lora;
+    const char* ref;
+  };
+  for (const Case& c :
+       {Case{{{one, 1.f}}, "ref_one.f32"}, Case{{{one, 1.f}, {rs, 0.5f}}, "ref_both.f32"},
+        Case{{{gpu_lora_dir() + "/llama/peft-f16", 1.f}}, "ref_f16.f32"}}) {
+    const auto want = read_f32(gpu_lora_dir() + "/llama/" + c.ref);
+    auto m = load_model(tiny_dir("llama"));
+    apply_lora(*m, c.lora);
+    auto dm = prepare_model(*m, make_backend(cuda_opts(true)));
+    for (int64_t chunk : {0, 7}) {
+      const double err =
+          rel_err(run_all_logits(*dm->backend, m->config, dm->weights, ids, chunk), want);
+      std::printf("[ report ] gpu-f32 LoRA %s, chunk %lld: relative error %.2e\n", c.ref,
+                  (long long)chunk, err);
+      EXPECT_LT(err, 1e-4) << c.ref << " chunk " << chunk;
+    }
+  }
+  // bf16: what the adapter changes on the GPU against what it changes on the CPU
+  auto plain = load_model(tiny_dir("llama"));
+  auto adapted = load_model(tiny_dir("llama"));
+  const std::vector<std::pair<std::string, float>> just_one{{one, 1.f}};
+  apply_lora(*adapted, just_one);
+  const auto cpu_delta = minus(run_all_logits(*adapted, ids), run_all_logits(*plain, ids));
+  auto gl = prepare_model(*adapted, make_backend(cuda_opts(false)));
+  auto gp = prepare_model(*plain, make_backend(cuda_opts(false)));
+  const auto gpu_delta = minus(run_all_logits(*gl->backend, adapted->config, gl->weights, ids, 0),
+                               run_all_logits(*gp->backend, plain->config, gp->weights, ids, 0));
+  const double err = rel_err(gpu_delta, cpu_delta);
+  std::printf("[ report ] bf16 LoRA: the adapter's change to the logits, GPU against CPU: %.2e\n",
+              err);
+  EXPECT_LT(err, 0.1);
+}
+
+// Requests choosing two named adapters, or none, in one engine on the GPU
+// (bf16 with decode graphs, and --gpu-f32) each give the bits of a model
+// that applies its adapter to every row, run alone.
+TEST(LoraOnGpu, NamedAdaptersInOneBatchEqualEachAlone) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  WICK_REQUIRE_GPU_LORA_FIXTURES();
+  const std::string one = gpu_lora_dir() + "/llama/peft",
+                    rs = gpu_lora_dir() + "/llama/peft-rslora";
+  const auto reqs = gpu_adapter_requests(21, 9);
+  for (bool f32 : {false, true}) {
+    SCOPED_TRACE(f32 ? "gpu-f32" : "bf16");
+    auto named = gpu_lora_model(f32, {}, {{"one", one}, {"rs", rs}});
+    std::shared_ptr<const LoadedModel> alone[3] = {gpu_lora_model(f32, {}),
+                                                   gpu_lora_model(f32, {{one, 1.f}}),
+                                                   gpu_lora_model(f32, {{rs, 1.f}})};
+    EngineConfig cfg;
+    cfg.max_batch_tokens = 48;
+    cfg.max_seqs = 5;
+    cfg.n_blocks = 256;
+    Engine e(named, cfg);
+    const auto got = run_engine(e, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      GenerateRequest plain = reqs[i];
+      plain.adapter = 0;
+      expect_same_bits(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
+    }
+    EXPECT_NE(got[1].first_logits, got[0].first_logits);
+    if (!f32) continue;
+    // and near the CPU's
+    BackendOptions cpu;
+    cpu.device = Device::Cpu;
+    cpu.lora_modules = {{"one", one}, {"rs", rs}};
+    Engine on_cpu(load_model_at("tiny-llama", tiny_dir("llama"), {}, cpu), cfg);
+    const auto want = run_engine(on_cpu, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_LT(rel_err(got[i].first_logits, want[i].first_logits), 1e-4) << "request " << i;
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    }
+  }
+}
+
+// vLLM's runtime adapters on the GPU: an adapter added while decode steps
+// with the others are recorded as graphs answers as one loaded at start
+// (the recorded steps are dropped with the old term tables); removed, its
+// terms and device memory go and the others keep their bits.
+TEST(LoraOnGpu, AddedAndRemovedWhileServingEqualsLoadedAtStart) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  WICK_REQUIRE_GPU_LORA_FIXTURES();
+  const std::string one = gpu_lora_dir() + "/llama/peft",
+                    rs = gpu_lora_dir() + "/llama/peft-rslora";
+  auto at_start = gpu_lora_model(false, {}, {{"one", one}, {"rs", rs}});
+  auto serving = gpu_lora_model(false, {}, {{"one", one}});
+  const auto reqs = gpu_adapter_requests(22, 9);
+  std::vector<GenerateRequest> rest;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].adapter != 2) rest.push_back(reqs[i]), at.push_back(i);
+  EngineConfig cfg;
+  cfg.max_batch_tokens = 48;
+  cfg.max_seqs = 5;
+  cfg.n_blocks = 256;
+  Engine e(serving, cfg), start(at_start, cfg);
+  const auto want = run_engine(start, reqs);
+  const auto before = run_engine(e, rest);  // records decode graphs with adapter 1's rows
+  for (size_t i = 0; i < rest.size(); ++i) expect_same_bits(before[i], want[at[i]], at[i]);
+
+  const size_t n_terms = serving->device->lora.size();
+  add_serving_adapter(*serving, "rs", rs, 2);
+  EXPECT_GT(serving->device->lora.size(), n_terms);
+  const auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_same_bits(got[i], want[i], i);
+
+  Backend& be = *serving->device->backend;
+  const size_t free_with = be.kv_budget();
+  remove_serving_adapter(*serving, 2);
+  EXPECT_EQ(serving->device->lora.size(), n_terms);
+  EXPECT_GT(be.kv_budget(), free_with) << "the removed adapter's device memory was kept";
+  const auto kept = run_engine(e, rest);
+  for (size_t i = 0; i < rest.size(); ++i) expect_same_bits(kept[i], want[at[i]], at[i]);
+}
+
+}  // namespace
+}  // namespace wick::test
