@@ -882,7 +882,8 @@ TEST(CudaKv, DeviationMatchesCpu) {
   const auto rk = round(k), rv = round(v), rk2 = round(k2), rv2 = round(v2);
   std::vector<float> want(3);
   const int32_t slots[3] = {0, 1, 2};  // rows t of the rounded arrays, as cache rows
-  cpu::kv_deviation(rk.data(), rv.data(), DType::F32, kv_dim, slots, 3, rk2.data(), rv2.data(), want.data());
+  cpu::kv_deviation(rk.data(), rv.data(), DType::F32, kv_dim, slots, 3, rk2.data(), rv2.data(),
+                    want.data());
   EXPECT_LT(max_rel(to_host<float>(*be, out, 3), want), 1e-5);
 }
 
