@@ -12,6 +12,7 @@
 #include "cli/device_options.h"
 #include "cli/spec_options.h"
 #include "engine/model_pool.h"
+#include "engine/model_store.h"
 #include "engine/session.h"
 #include "engine/span_markers.h"
 #include "engine/span_prompt.h"
@@ -555,6 +556,11 @@ void register_serve(CLI::App& app) {
       auto [name, path] = parse_lora_module(m);
       if (name == cfg.default_model)
         throw CLI::ValidationError("--lora-modules", name + " is the name of --model");
+      if (!stored_model_entry(name).empty())
+        throw CLI::ValidationError(
+            "--lora-modules", name + " is the name of a model in the store (" + model_store_dir() +
+                                  "): requests naming it would get the "
+                                  "adapter; choose another name");
       for (const auto& [other, p] : cfg.lora_modules)
         if (other == name)
           throw CLI::ValidationError("--lora-modules", "two adapters are named " + name);

@@ -75,6 +75,19 @@ size_t env_size(const char* name, size_t dflt) {
 
 }  // namespace
 
+void LoadedModel::count_adapter(int32_t adapter, size_t n) const {
+  uncount_adapter(adapter);
+  adapter_file_bytes[adapter] = n;
+  n_adapter_bytes += n;
+}
+
+void LoadedModel::uncount_adapter(int32_t adapter) const {
+  if (auto it = adapter_file_bytes.find(adapter); it != adapter_file_bytes.end()) {
+    n_adapter_bytes -= it->second;
+    adapter_file_bytes.erase(it);
+  }
+}
+
 size_t path_bytes(const std::string& path) {
   std::error_code ec;
   if (path.rfind("shaped:", 0) == 0) return 0;
@@ -133,8 +146,9 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   if (lm->tokenizer) lm->tool_format = detect_tool_format(lm->tokenizer->chat_template);
   lm->n_bytes = path_bytes(lm->path);
   for (const auto& [adapter, scale] : opt.lora) lm->n_bytes += path_bytes(adapter);
-  for (const auto& [module, adapter] : opt.lora_modules)
-    if (!module.empty()) lm->n_bytes += path_bytes(adapter);
+  for (size_t k = 0; k < opt.lora_modules.size(); ++k)
+    if (!opt.lora_modules[k].first.empty())
+      lm->count_adapter(int32_t(k + 1), path_bytes(opt.lora_modules[k].second));
   auto be = make_backend(opt);
   // a head's rows of a q8_0 cache are whole blocks of 32
   if (be->kv_dtype() == DType::Q8_0 && lm->model->config.head_dim % 32)
@@ -192,7 +206,7 @@ void ModelPool::evict_locked(const std::string& keep) {
     for (auto& [k, e] : entries_)
       if (e.ready.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
         try {
-          n += e.ready.get()->n_bytes;
+          n += e.ready.get()->bytes();
         } catch (...) {
         }
       }

@@ -10,6 +10,7 @@
 // for pools made here; the server sets its --keep-alive).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -44,7 +45,16 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;       // null when the model has none (test fixtures)
   std::vector<int32_t> eog_ids;               // ids that end a generation
   ToolFormat tool_format = ToolFormat::None;  // the tool-call markup its chat template teaches
-  size_t n_bytes = 0;                         // file bytes mapped or copied
+  size_t n_bytes = 0;                         // file bytes mapped or copied: the model's, --lora's
+  // Named adapters' file bytes (--lora-modules, and adapters loaded while
+  // serving) by number: changed on the engine thread, their sum read anywhere.
+  mutable std::map<int32_t, size_t> adapter_file_bytes;
+  mutable std::atomic<size_t> n_adapter_bytes{0};
+
+  // What the pool's byte budget and /api/ps count: the files it holds.
+  size_t bytes() const { return n_bytes + n_adapter_bytes.load(); }
+  void count_adapter(int32_t adapter, size_t n) const;
+  void uncount_adapter(int32_t adapter) const;
 
   bool is_eog(int32_t id) const;
   Backend& backend() const { return *device->backend; }

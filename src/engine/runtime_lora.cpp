@@ -19,11 +19,13 @@ void add_serving_adapter(const LoadedModel& m, const std::string& name, const st
     remove_named_lora(*m.model, adapter);
     throw;
   }
+  m.count_adapter(adapter, path_bytes(path));
 }
 
 void remove_serving_adapter(const LoadedModel& m, int32_t adapter) {
   drop_adapter(*m.device, adapter);  // the backend's copies read the host terms: they go first
   remove_named_lora(*m.model, adapter);
+  m.uncount_adapter(adapter);
 }
 
 }  // namespace wick

@@ -41,7 +41,7 @@ json ps_entry(const ModelPool::Loaded& l, int32_t server_n_ctx) {
   const bool gpu = m.backend().device() == Device::Cuda;
   return {{"name", shown_name(m.name)},
           {"model", shown_name(m.name)},
-          {"size", m.n_bytes},
+          {"size", m.bytes()},
           {"digest", ""},
           {"details",
            {{"parent_model", ""},
@@ -52,7 +52,7 @@ json ps_entry(const ModelPool::Loaded& l, int32_t server_n_ctx) {
             {"quantization_level", types}}},
           // never: far in the future, as Ollama shows a negative keep_alive
           {"expires_at", l.expires_at ? iso_time(*l.expires_at) : "9999-12-31T23:59:59.000000Z"},
-          {"size_vram", gpu ? m.n_bytes : 0},
+          {"size_vram", gpu ? m.bytes() : 0},
           {"context_length", request_n_ctx(m, server_n_ctx)},
           {"wick", {{"requests", l.n_uses}, {"path", m.path}}}};
 }
@@ -166,6 +166,11 @@ void register_lifecycle(httplib::Server& svr, RouteContext& ctx) {
       const json body = parse_body(req.body);
       const std::string from = body_name(body, "source", nullptr);
       const std::string to = body_name(body, "destination", nullptr);
+      if (adapter_named(without_latest(to)))
+        throw ApiError{
+            409,
+            fmt::format("'{}' names a LoRA adapter the server serves: choose another name", to),
+            "invalid_request_error", "destination", "model_exists"};
       try {
         copy_stored_model(from, to);
       } catch (const ModelError& e) {

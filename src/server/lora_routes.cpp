@@ -34,6 +34,9 @@ std::string load(RouteContext& ctx, const json& body) {
   const bool inplace = field<bool>(body, "load_inplace").value_or(false);
   if (name == ctx.cfg.default_model)
     bad("lora_name", fmt::format("'{}' cannot name an adapter: it names a model", name));
+  if (!stored_model_entry(name).empty())
+    bad("lora_name",
+        fmt::format("'{}' cannot name an adapter: it names a model in the store", name));
   if (!std::filesystem::exists(path))
     throw ApiError{404, fmt::format("{}: no such adapter file or folder", path),
                    "invalid_request_error", "lora_path", "adapter_not_found"};

@@ -19,6 +19,12 @@ bool default_model_failed() {
   return g_default_failed.load();
 }
 
+bool adapter_named(const std::string& name) {
+  const auto mods = ModelPool::global().lora_modules();
+  return !name.empty() &&
+         std::any_of(mods.begin(), mods.end(), [&](const auto& m) { return m.first == name; });
+}
+
 std::shared_ptr<const LoadedModel> find_model(const std::string& name,
                                               const std::string& default_model, bool ollama,
                                               int32_t* adapter) {

@@ -26,6 +26,8 @@ std::shared_ptr<const LoadedModel> find_model(const std::string& name,
 // Whether the last load of the default model failed (and none succeeded
 // since): /health answers 503 then.
 bool default_model_failed();
+// Whether NAME is a LoRA adapter's (--lora-modules, or loaded while serving).
+bool adapter_named(const std::string& name);
 // The context a request on m may fill: the server's, at most the model's training context.
 int32_t request_n_ctx(const LoadedModel& m, int32_t server_n_ctx);
 // What the parsers need of m; split_reasoning: the server's --reasoning-format

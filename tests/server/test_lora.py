@@ -63,6 +63,11 @@ def answer(server, model):
     return [t.token for t in lp], np.array([[a.logprob for a in t.top_logprobs] for t in lp])
 
 
+def ps_size(server):
+    [m] = requests.get(server.url + "/api/ps", timeout=10).json()["models"]
+    return m["size"]
+
+
 def served(model, *extra):
     s = Server(*extra, model=model)
     try:
@@ -190,9 +195,13 @@ def test_adapters_load_and_unload_while_serving(models):
     load, unload = s.url + "/v1/load_lora_adapter", s.url + "/v1/unload_lora_adapter"
     try:
         want_plain = answer(s, base)
+        size0 = ps_size(s)
         r = requests.post(load, json={"lora_name": "live", "lora_path": adapter}, timeout=60)
         assert r.status_code == 200, r.text
         assert r.text == "Success: LoRA adapter 'live' added successfully."
+        # the pool's byte budget and /api/ps count the adapter's file
+        adapter_bytes = os.path.getsize(os.path.join(adapter, "adapter_model.safetensors"))
+        assert ps_size(s) == size0 + adapter_bytes
         for (tokens, lps), (want_tokens, want_lps) in zip([answer(s, "live"), answer(s, base)],
                                                           [want, want_plain]):
             assert tokens == want_tokens
@@ -230,6 +239,7 @@ def test_adapters_load_and_unload_while_serving(models):
         with pytest.raises(openai.NotFoundError):
             answer(s, "live")
         assert "live" not in [x.id for x in oa(s).models.list().data]
+        assert ps_size(s) == size0
         refused(unload, {"lora_name": "live"}, 404, "cannot be found")
         assert answer(s, base)[0] == want_plain[0]
         assert s.proc.poll() is None
@@ -241,5 +251,36 @@ def test_adapters_load_and_unload_while_serving(models):
                           timeout=60)
         assert r.status_code == 403
         assert "--allow-runtime-lora" in r.json()["error"]["message"]
+    finally:
+        s.stop()
+
+
+def test_adapter_names_do_not_shadow_stored_models(models, tmp_path):
+    """A name that a model in the store has cannot name an adapter: not at start
+    (--lora-modules), not through /v1/load_lora_adapter; and /api/copy cannot give a stored
+    model an adapter's name. Otherwise requests naming it would silently get the other."""
+    base, adapter, _ = models
+    store = tmp_path / "store"
+    store.mkdir()
+    shutil.copytree(base, store / "shelf")
+    env = {"WICK_MODELS": str(store)}
+    p = subprocess.run([WICK, "serve", "--model", base, "--port", str(free_port()),
+                        "--lora-modules", f"shelf={adapter}"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert p.returncode != 0
+    assert "shelf is the name of a model in the store" in p.stderr + p.stdout
+    s = Server("--allow-runtime-lora", "--lora-modules", f"mine={adapter}", env=env, model=base)
+    try:
+        r = requests.post(s.url + "/v1/load_lora_adapter", json={"lora_name": "shelf", "lora_path": adapter},
+                          timeout=60)
+        assert r.status_code == 400, r.text
+        assert "names a model in the store" in r.json()["error"]["message"]
+        assert answer(s, "shelf")[0] == answer(s, base)[0]  # the stored copy of the base
+        for dest in ("mine", "mine:latest"):
+            r = requests.post(s.url + "/api/copy", json={"source": "shelf", "destination": dest}, timeout=60)
+            assert r.status_code == 409, r.text
+            assert "names a LoRA adapter" in r.json()["error"]
+        assert sorted(os.listdir(store)) == ["shelf"]
+        assert s.proc.poll() is None
     finally:
         s.stop()
