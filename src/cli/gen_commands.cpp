@@ -501,7 +501,7 @@ void register_serve(CLI::App& app) {
                   "adapter of --model (a GGUF adapter or "
                   "a PEFT folder, as --lora) that requests choose by naming NAME as their model; "
                   "requests with different adapters, or none, share one batch and one copy of "
-                  "the model");
+                  "the model; NAME may not be a stored model's name");
   cmd->add_flag("--allow-runtime-lora", cfg.runtime_lora,
                 "let clients load and unload LoRA adapters of --model while serving (vLLM's "
                 "POST /v1/load_lora_adapter {lora_name, lora_path} and "
