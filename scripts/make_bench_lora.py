@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Random rank-16 PEFT adapters on every projection of SmolLM2-135M, for `wick bench --lora`
-(docs/perf.md, "LoRA terms in f16"): OUT-f32 holds f32 values, OUT-f16 the same draws in f16.
-Usage: .venv/bin/python scripts/make_bench_lora.py [OUT]   (default /tmp/smol-lora)"""
+"""Random rank-16 PEFT adapters on every projection of a model's shapes, for `wick bench
+--lora` (docs/perf.md, "LoRA terms in f16"; scripts/gpu_check's lora stage): OUT-f32 holds f32
+values, OUT-f16 the same draws in f16.
+Usage: .venv/bin/python scripts/make_bench_lora.py [OUT [SHAPE]]
+(default /tmp/smol-lora, SHAPE smollm2: SmolLM2-135M; qwen2.5-0.5b: Qwen2.5-0.5B)"""
 import json
 import os
 import sys
@@ -9,7 +11,10 @@ import sys
 import numpy as np
 from safetensors.numpy import save_file
 
-H, FF, N_LAYER, KV, R = 576, 1536, 30, 192, 16  # SmolLM2-135M's shapes
+# hidden, intermediate, layers, kv dim (kv heads x head dim)
+SHAPES_OF = {"smollm2": (576, 1536, 30, 192), "qwen2.5-0.5b": (896, 4864, 24, 128)}
+R = 16
+H, FF, N_LAYER, KV = SHAPES_OF[sys.argv[2] if len(sys.argv) > 2 else "smollm2"]
 SHAPES = {"self_attn.q_proj": (H, H), "self_attn.k_proj": (KV, H), "self_attn.v_proj": (KV, H),
           "self_attn.o_proj": (H, H), "mlp.gate_proj": (FF, H), "mlp.up_proj": (FF, H),
           "mlp.down_proj": (H, FF)}
