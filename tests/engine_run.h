@@ -108,6 +108,30 @@ inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int64_t n_vo
   return t;
 }
 
+// Greedy requests with random prompts (vocabulary 512), each choosing named
+// LoRA adapter i % 3 and min_tokens + [0, spread) tokens, every third
+// prefilled in chunks of 5, the first step's logits kept.
+inline std::vector<GenerateRequest> adapter_requests(uint32_t seed, int n, int min_tokens = 3,
+                                                     int spread = 8) {
+  std::mt19937 rng(seed);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    auto r = greedy_request(random_tokens(rng, 3 + int(rng() % 40), 512),
+                            min_tokens + int(rng() % uint32_t(spread)));
+    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
+    r.keep_first_logits = true;
+    r.adapter = i % 3;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+// The same tokens and, bit for bit, the same first-step logits.
+inline void expect_same_result(const GenerateResult& got, const GenerateResult& want, size_t i) {
+  EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+  EXPECT_EQ(got.first_logits, want.first_logits) << "request " << i;
+}
+
 // A tiny fixture model per architecture (the test's parameter) and random
 // prompts from a generator seeded alike for every test.
 class TinyArchTest : public ::testing::TestWithParam<std::string> {

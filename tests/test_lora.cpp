@@ -218,26 +218,6 @@ TEST(Lora, RefusalsNameWhatDoesNotFit) {
 
 // ---- named adapters (serve's --lora-modules): chosen per request ----
 
-// Greedy requests with random prompts, each choosing adapter i % 3, every
-// third prefilled in chunks of 5, the first step's logits kept.
-std::vector<GenerateRequest> adapter_requests(uint32_t seed, int n) {
-  std::mt19937 rng(seed);
-  std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < n; ++i) {
-    auto r = greedy_request(random_tokens(rng, 3 + int(rng() % 40), 512), 3 + int(rng() % 8));
-    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
-    r.keep_first_logits = true;
-    r.adapter = i % 3;
-    reqs.push_back(r);
-  }
-  return reqs;
-}
-
-void expect_same_result(const GenerateResult& got, const GenerateResult& want, size_t i) {
-  EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
-  EXPECT_EQ(got.first_logits, want.first_logits) << "request " << i;  // bit for bit
-}
-
 // Requests choosing two named adapters, or none, batched together in one
 // engine, each give the bits of a model with that adapter on every row (the
 // PEFT reference above) run alone: a term reaches its own rows only.

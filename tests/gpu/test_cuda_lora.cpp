@@ -49,26 +49,6 @@ std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& 
   return d;
 }
 
-// Greedy requests long enough for decode steps to be recorded and replayed,
-// each choosing adapter i % 3, every third prefilled in chunks of 5.
-std::vector<GenerateRequest> gpu_adapter_requests(uint32_t seed, int n) {
-  std::mt19937 rng(seed);
-  std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < n; ++i) {
-    auto r = greedy_request(random_tokens(rng, 3 + int(rng() % 40), 512), 12 + int(rng() % 12));
-    r.prefill_chunk = i % 3 == 0 ? 5 : 0;
-    r.keep_first_logits = true;
-    r.adapter = i % 3;
-    reqs.push_back(r);
-  }
-  return reqs;
-}
-
-void expect_same_bits(const GenerateResult& got, const GenerateResult& want, size_t i) {
-  EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
-  EXPECT_EQ(got.first_logits, want.first_logits) << "request " << i;
-}
-
 // A host matrix of random values in f32 or f16 (the values then f16 ones).
 struct HostMatrix {
   std::vector<float> values;  // as the weight holds them
@@ -235,7 +215,8 @@ TEST(LoraOnGpu, AdapterAtLoadMatchesTheCpu) {
   EXPECT_LT(err, 0.1);
 }
 
-// Requests choosing two named adapters, or none, in one engine on the GPU
+// Requests choosing two named adapters, or none, in one engine on the GPU,
+// long enough for decode steps to be recorded and replayed as graphs
 // (bf16 with decode graphs, and --gpu-f32) each give the bits of a model
 // that applies its adapter to every row, run alone.
 TEST(LoraOnGpu, NamedAdaptersInOneBatchEqualEachAlone) {
@@ -244,7 +225,7 @@ TEST(LoraOnGpu, NamedAdaptersInOneBatchEqualEachAlone) {
   WICK_REQUIRE_GPU_LORA_FIXTURES();
   const std::string one = gpu_lora_dir() + "/llama/peft",
                     rs = gpu_lora_dir() + "/llama/peft-rslora";
-  const auto reqs = gpu_adapter_requests(21, 9);
+  const auto reqs = adapter_requests(21, 9, 12, 12);
   for (bool f32 : {false, true}) {
     SCOPED_TRACE(f32 ? "gpu-f32" : "bf16");
     auto named = gpu_lora_model(f32, {}, {{"one", one}, {"rs", rs}});
@@ -260,7 +241,7 @@ TEST(LoraOnGpu, NamedAdaptersInOneBatchEqualEachAlone) {
     for (size_t i = 0; i < reqs.size(); ++i) {
       GenerateRequest plain = reqs[i];
       plain.adapter = 0;
-      expect_same_bits(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
+      expect_same_result(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
     }
     EXPECT_NE(got[1].first_logits, got[0].first_logits);
     if (!f32) continue;
@@ -289,7 +270,7 @@ TEST(LoraOnGpu, AddedAndRemovedWhileServingEqualsLoadedAtStart) {
                     rs = gpu_lora_dir() + "/llama/peft-rslora";
   auto at_start = gpu_lora_model(false, {}, {{"one", one}, {"rs", rs}});
   auto serving = gpu_lora_model(false, {}, {{"one", one}});
-  const auto reqs = gpu_adapter_requests(22, 9);
+  const auto reqs = adapter_requests(22, 9, 12, 12);
   std::vector<GenerateRequest> rest;
   std::vector<size_t> at;
   for (size_t i = 0; i < reqs.size(); ++i)
@@ -301,13 +282,13 @@ TEST(LoraOnGpu, AddedAndRemovedWhileServingEqualsLoadedAtStart) {
   Engine e(serving, cfg), start(at_start, cfg);
   const auto want = run_engine(start, reqs);
   const auto before = run_engine(e, rest);  // records decode graphs with adapter 1's rows
-  for (size_t i = 0; i < rest.size(); ++i) expect_same_bits(before[i], want[at[i]], at[i]);
+  for (size_t i = 0; i < rest.size(); ++i) expect_same_result(before[i], want[at[i]], at[i]);
 
   const size_t n_terms = serving->device->lora.size();
   add_serving_adapter(*serving, "rs", rs, 2);
   EXPECT_GT(serving->device->lora.size(), n_terms);
   const auto got = run_engine(e, reqs);
-  for (size_t i = 0; i < reqs.size(); ++i) expect_same_bits(got[i], want[i], i);
+  for (size_t i = 0; i < reqs.size(); ++i) expect_same_result(got[i], want[i], i);
 
   Backend& be = *serving->device->backend;
   const size_t free_with = be.kv_budget();
@@ -315,7 +296,7 @@ TEST(LoraOnGpu, AddedAndRemovedWhileServingEqualsLoadedAtStart) {
   EXPECT_EQ(serving->device->lora.size(), n_terms);
   EXPECT_GT(be.kv_budget(), free_with) << "the removed adapter's device memory was kept";
   const auto kept = run_engine(e, rest);
-  for (size_t i = 0; i < rest.size(); ++i) expect_same_bits(kept[i], want[at[i]], at[i]);
+  for (size_t i = 0; i < rest.size(); ++i) expect_same_result(kept[i], want[at[i]], at[i]);
 }
 
 }  // namespace
