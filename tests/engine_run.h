@@ -132,6 +132,21 @@ inline void expect_same_result(const GenerateResult& got, const GenerateResult& 
   EXPECT_EQ(got.first_logits, want.first_logits) << "request " << i;
 }
 
+// Runs reqs (each naming a LoRA adapter 0-2) batched in e, and expects each
+// to give the bits of alone[its adapter] (that adapter on every row)
+// answering it by itself; returns e's results.
+inline std::vector<GenerateResult> expect_batched_equal_alone(
+    Engine& e, const std::vector<GenerateRequest>& reqs,
+    const std::shared_ptr<const LoadedModel> (&alone)[3]) {
+  const auto got = run_engine(e, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    GenerateRequest plain = reqs[i];
+    plain.adapter = 0;
+    expect_same_result(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
+  }
+  return got;
+}
+
 // A tiny fixture model per architecture (the test's parameter) and random
 // prompts from a generator seeded alike for every test.
 class TinyArchTest : public ::testing::TestWithParam<std::string> {

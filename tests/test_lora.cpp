@@ -233,12 +233,7 @@ TEST(LoraNamed, BatchedRequestsEachGetTheirAdaptersBits) {
   cfg.max_batch_tokens = 48;
   cfg.max_seqs = 5;
   Engine e(named, cfg);
-  const auto got = run_engine(e, reqs);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    GenerateRequest plain = reqs[i];
-    plain.adapter = 0;
-    expect_same_result(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
-  }
+  expect_batched_equal_alone(e, reqs, alone);
   // and the adapters are not idle: each answers differently on one prompt
   auto first = [&](int32_t adapter) {
     GenerateRequest r = reqs[0];

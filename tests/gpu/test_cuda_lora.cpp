@@ -237,12 +237,7 @@ TEST(LoraOnGpu, NamedAdaptersInOneBatchEqualEachAlone) {
     cfg.max_seqs = 5;
     cfg.n_blocks = 256;
     Engine e(named, cfg);
-    const auto got = run_engine(e, reqs);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      GenerateRequest plain = reqs[i];
-      plain.adapter = 0;
-      expect_same_result(got[i], Session(alone[reqs[i].adapter], 512).generate(plain), i);
-    }
+    const auto got = expect_batched_equal_alone(e, reqs, alone);
     EXPECT_NE(got[1].first_logits, got[0].first_logits);
     if (!f32) continue;
     // and near the CPU's

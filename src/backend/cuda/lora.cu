@@ -47,8 +47,7 @@ __global__ void lora_down(const LoraTerm* terms, int n_terms, int total_rank,
     if (applies(term, adapter_of, row)) {
       const float* xr = x + int64_t(row) * n_in;
       float s = 0.f;
-      for (int i = lane; i < n_in; i += 32)
-        s = fmaf(load(Fmt(term.a_fmt), term.a, a_row + i), xr[i], s);
+      for (int i = lane; i < n_in; i += 32) s = fmaf(load(term.a_fmt, term.a, a_row + i), xr[i], s);
       for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
       out = s * term.scale[j];
     }
@@ -71,7 +70,7 @@ __global__ void lora_up(const LoraTerm* terms, int n_terms, int total_rank,
       const int64_t b_row = int64_t(o) * term.b_stride;
       float s = 0.f;
       for (int j = 0; j < term.rank; ++j)
-        s = fmaf(load(Fmt(term.b_fmt), term.b, b_row + j), tr[term.t_off + j], s);
+        s = fmaf(load(term.b_fmt, term.b, b_row + j), tr[term.t_off + j], s);
       *yo += s;
     }
   }
