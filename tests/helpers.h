@@ -24,7 +24,15 @@ inline std::string shared_dir() {
   const char* d = std::getenv("WICK_SHARED_DIR");
   return d && *d ? d : WICK_SHARED_DIR;
 }
+// the repository, or WICK_SOURCE_DIR at run time (a GPU machine's copy)
+inline std::string source_dir() {
+  const char* d = std::getenv("WICK_SOURCE_DIR");
+  return d && *d ? d : WICK_SOURCE_DIR;
+}
+// Granite's fixture is the repository's (scripts/make_granite_fixture.py), in
+// ../shared's layout; the others are ../shared's.
 inline std::string tiny_dir(const std::string& arch) {
+  if (arch == "granite") return source_dir() + "/tests/fixtures/tiny-models/granite";
   return shared_dir() + "/fixtures/tiny-models/" + arch;
 }
 // made by the setup tests, or WICK_TEST_DATA_DIR at run time (a GPU machine's copy)
@@ -72,8 +80,8 @@ inline bool ci_mode() {
   } while (0)
 
 inline const std::vector<std::string>& archs() {
-  static const std::vector<std::string> a{"llama", "mistral",   "qwen2",
-                                          "qwen3", "qwen3_moe", "mixtral"};
+  static const std::vector<std::string> a{"llama",     "mistral", "qwen2",  "qwen3",
+                                          "qwen3_moe", "mixtral", "granite"};
   return a;
 }
 

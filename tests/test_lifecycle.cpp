@@ -107,7 +107,7 @@ TEST(PoolKeepAlive, AUseAfterUnloadPutsTheModelBack) {
 // final norm, at every position (the embeddings' input).
 TEST(HiddenStates, MatchTransformersFinalNorm) {
   WICK_REQUIRE_SHARED();
-  for (const char* arch : {"llama", "qwen2", "qwen3", "mistral"}) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "mistral", "granite"}) {
     const std::string dir = tiny_dir(arch);
     auto ref = test::read_json(dir + "/reference.json");
     ModelPool pool(1, 0);

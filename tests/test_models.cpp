@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <tuple>
 
 #include "backend/cpu/packed.h"
 #include "backend/cpu/simd.h"
@@ -47,7 +48,10 @@ TEST_P(TinyModel, LogitsMatchTransformers) {
       worst = std::max(worst, rel_err(got, want));
       worst_steps = std::max(worst_steps, rel_err(run_all_logits(*m, ids, 1), got));
     }
-    EXPECT_LT(worst, rounded ? 1.5e-2 : 1e-4) << GetParam() << " " << v.name;
+    // Granite's f32 paths: 1.6e-6 measured, 2.9e-5 with its norms' epsilon
+    // not divided by the residual multiplier squared (forward.cpp)
+    const double exact = GetParam() == "granite" ? 1e-5 : 1e-4;
+    EXPECT_LT(worst, rounded ? 1.5e-2 : exact) << GetParam() << " " << v.name;
     EXPECT_LT(worst_steps, 1e-6) << GetParam() << " " << v.name << " token by token";
     std::printf("[ report ] %-10s %-5s worst relative error %.2e%s\n", GetParam().c_str(), v.name,
                 worst, rounded ? " (bf16 activations)" : "");
@@ -102,7 +106,7 @@ TEST_P(TinyModel, ThreePromptsInOneBatchEqualSeparateRuns) {
 // The tiny model written as GGUF (llama.cpp naming, q/k interleaved for the
 // llama family) loads and gives the safetensors logits: bit-exact in f32.
 // In q8_0, within quantization tolerance: every row's cosine similarity to the
-// f32 logits at least 0.998 and relative error under 6e-2; for MoE models
+// f32 logits at least 0.998 and relative error under 6e-2 (Granite: 8e-2); for MoE models
 // rounding may flip an expert choice at a few positions, so there 90% of rows.
 TEST_P(TinyModel, GgufCopyMatchesSafetensors) {
   WICK_REQUIRE_SHARED();
@@ -121,6 +125,9 @@ TEST_P(TinyModel, GgufCopyMatchesSafetensors) {
   auto g8 = load_model(q8_path);
   auto got = run_all_logits(*g8, ids);
   const int64_t V = st->config.n_vocab, n = int64_t(ids.size());
+  // Granite's fixture has layers that outweigh its embeddings (the others'
+  // barely move the logits), so the layers' rounding shows more: up to 6.8e-2
+  const double max_rel = GetParam() == "granite" ? 8e-2 : 6e-2;
   int good = 0;
   for (int64_t r = 0; r < n; ++r) {
     std::vector<float> a(got.begin() + r * V, got.begin() + (r + 1) * V),
@@ -128,10 +135,32 @@ TEST_P(TinyModel, GgufCopyMatchesSafetensors) {
     double dot = 0, na = 0, nb = 0;
     for (int64_t i = 0; i < V; ++i)
       dot += double(a[i]) * b[i], na += double(a[i]) * a[i], nb += double(b[i]) * b[i];
-    good += dot / std::sqrt(na * nb) >= 0.998 && rel_err(a, b) < 6e-2;
+    good += dot / std::sqrt(na * nb) >= 0.998 && rel_err(a, b) < max_rel;
   }
   const double need = st->config.is_moe() ? 0.9 : 1.0;
   EXPECT_GE(double(good) / double(n), need) << good << " of " << n << " rows within tolerance";
+}
+
+// Granite as llama.cpp lays it out, written by the `gguf` package
+// (tests/python/make_granite_gguf.py: its key names for the four multipliers,
+// q/k rows interleaved, tied head): the same configuration and, in f32, the
+// safetensors' logits bit for bit.
+TEST(Granite, GgufFromTheGgufPackageMatchesSafetensors) {
+  const std::string path = data_dir() + "/granite/granite-f32.gguf";
+  if (!std::filesystem::exists(path)) WICK_SKIP_OR_FAIL("fixture missing: " << path);
+  auto st = load_model(tiny_dir("granite"));
+  auto g = load_model(path);
+  const ModelConfig &a = g->config, &b = st->config;
+  EXPECT_EQ(a.arch, Arch::Granite);
+  EXPECT_EQ(a.embd_scale, 12.f);
+  EXPECT_EQ(a.resid_scale, 0.22f);
+  EXPECT_EQ(a.attn_scale, 0.0625f);
+  EXPECT_EQ(a.logit_scale, 8.f);
+  EXPECT_EQ(std::tie(a.embd_scale, a.resid_scale, a.attn_scale, a.logit_scale, a.tie_embeddings),
+            std::tie(b.embd_scale, b.resid_scale, b.attn_scale, b.logit_scale, b.tie_embeddings));
+  auto ids = read_json(tiny_dir("granite") + "/reference.json")["prompts"][0]["ids"]
+                 .get<std::vector<int32_t>>();
+  EXPECT_EQ(run_all_logits(*g, ids), run_all_logits(*st, ids));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, TinyModel, ::testing::ValuesIn(archs()),

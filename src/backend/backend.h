@@ -218,6 +218,7 @@ class Backend {
   }
   virtual void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;           // y += x
+  virtual void scale(float* x, float s, int64_t n) = 0;                // x *= s
   virtual void silu_mul(float* gate, const float* up, int64_t n) = 0;  // gate = silu(gate) * up
   // NeoX-style RoPE (pairs i and i + head_dim/2) in place at the batch's
   // RoPE positions (b.rope_pos: filled slots only, holes not counted):

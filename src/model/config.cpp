@@ -25,6 +25,8 @@ const char* arch_name(Arch a) {
       return "qwen3_moe";
     case Arch::Mixtral:
       return "mixtral";
+    case Arch::Granite:
+      return "granite";
   }
   return "?";
 }
@@ -41,12 +43,14 @@ std::string gguf_arch(Arch a) {
       return "qwen3";
     case Arch::Qwen3Moe:
       return "qwen3moe";
+    case Arch::Granite:
+      return "granite";
   }
   return "?";
 }
 
 bool gguf_rows_interleaved(Arch a) {
-  return gguf_arch(a) == "llama";
+  return gguf_arch(a) == "llama" || a == Arch::Granite;  // llama.cpp converts Granite as Llama
 }
 
 int64_t gguf_stored_row(int64_t r, int64_t head_dim) {
@@ -87,6 +91,14 @@ void ModelConfig::validate(const std::string& src) const {
       throw_model("{}: {} experts per token with {} experts", src, n_expert_used, n_expert);
   }
   if (!is_moe() || !dense_layers.empty()) pos(n_ff, "feed-forward size");
+  auto finite_pos = [&](float v, const char* name) {
+    if (!(v > 0.f) || !std::isfinite(v))
+      throw_model("{}: {} must be a positive number (got {})", src, name, v);
+  };
+  finite_pos(embd_scale, "the embedding multiplier");
+  finite_pos(resid_scale, "the residual multiplier");
+  finite_pos(logit_scale, "the logit scale");
+  if (attn_scale != 0.f) finite_pos(attn_scale, "the attention multiplier");
 }
 
 std::vector<float> llama3_freq_factors(int64_t head_dim, float theta, float factor,
@@ -263,10 +275,12 @@ ModelConfig config_from_hf_json(const json& j, const std::string& src) {
       c.arch = Arch::Qwen3Moe;
     else if (mt == "mixtral")
       c.arch = Arch::Mixtral;
+    else if (mt == "granite")
+      c.arch = Arch::Granite;
     else
       throw_model(
           "{}: unknown architecture model_type '{}' (supported: llama, mistral, qwen2, "
-          "qwen3, qwen3_moe, mixtral)",
+          "qwen3, qwen3_moe, mixtral, granite)",
           src, mt);
     c.n_vocab = j.at("vocab_size").get<int64_t>();
     c.n_embd = j.at("hidden_size").get<int64_t>();
@@ -281,7 +295,18 @@ ModelConfig config_from_hf_json(const json& j, const std::string& src) {
     read_rope(j, c, src);
     bool attention_bias = get_or<bool>(j, "attention_bias", false);
     c.qkv_bias = c.arch == Arch::Qwen2 || attention_bias;
-    c.o_bias = (c.arch == Arch::Llama || c.arch == Arch::Mistral) && attention_bias;
+    c.o_bias =
+        (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Granite) &&
+        attention_bias;
+    if (get_or<bool>(j, "mlp_bias", false))
+      throw_model("{}: mlp_bias=true is not supported", src);
+    if (c.arch == Arch::Granite) {
+      // HF's GraniteConfig defaults: 1 and 1 / sqrt(head_dim) where absent
+      c.embd_scale = get_or<float>(j, "embedding_multiplier", 1.f);
+      c.resid_scale = get_or<float>(j, "residual_multiplier", 1.f);
+      c.attn_scale = get_or<float>(j, "attention_multiplier", 0.f);
+      c.logit_scale = get_or<float>(j, "logits_scaling", 1.f);
+    }
     c.qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3Moe;
     if (c.arch == Arch::Mistral || c.arch == Arch::Mixtral) {
       c.sliding_window = get_or<int64_t>(j, "sliding_window", 0);
@@ -328,8 +353,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.arch = Arch::Qwen3;
   else if (a == "qwen3moe")
     c.arch = Arch::Qwen3Moe;
+  else if (a == "granite")
+    c.arch = Arch::Granite;
   else
-    throw_model("{}: unknown architecture '{}' (supported: llama, qwen2, qwen3, qwen3moe)", src, a);
+    throw_model(
+        "{}: unknown architecture '{}' (supported: llama, qwen2, qwen3, qwen3moe, granite)", src,
+        a);
   auto req = [&](const std::string& key) {
     auto v = f.get_int(a + "." + key);
     if (!v) throw_model("{}: metadata {}.{} is missing", src, a, key);
@@ -371,8 +400,19 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   }
   c.tie_embeddings = f.tensors().find("output.weight") == nullptr;
   c.o_bias = f.tensors().find("blk.0.attn_output.bias") != nullptr;
-  if (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Mixtral)
+  if (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Mixtral ||
+      c.arch == Arch::Granite)
     c.qkv_bias = f.tensors().find("blk.0.attn_q.bias") != nullptr;
+  if (c.arch == Arch::Granite) {
+    // llama.cpp's keys; absent ones are the plain model's (as llama.cpp reads them)
+    auto opt_float = [&](const std::string& key, double d) {
+      return float(f.get_float(a + "." + key).value_or(d));
+    };
+    c.embd_scale = opt_float("embedding_scale", 1.0);
+    c.resid_scale = opt_float("residual_scale", 1.0);
+    c.attn_scale = opt_float("attention.scale", 0.0);
+    c.logit_scale = opt_float("logit_scale", 1.0);
+  }
   if (auto type = f.get_str(a + ".rope.scaling.type"); type && *type != "none") {
     c.rope_type = *type;
     float factor = float(f.get_float(a + ".rope.scaling.factor").value_or(1.0));

@@ -10,7 +10,7 @@ namespace wick {
 
 class GgufFile;
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, Granite };
 const char* arch_name(Arch a);
 // general.architecture of the family's GGUF files ("llama" for Mistral and Mixtral too).
 std::string gguf_arch(Arch a);
@@ -57,6 +57,16 @@ struct ModelConfig {
   int64_t n_ff_expert = 0;
   bool norm_topk_prob = true;         // renormalise the chosen experts' weights
   std::vector<int64_t> dense_layers;  // Qwen3-MoE mlp_only_layers / sparse step
+  // Granite's multipliers (HF embedding_multiplier, residual_multiplier,
+  // attention_multiplier, logits_scaling; GGUF granite.embedding_scale,
+  // .residual_scale, .attention.scale, .logit_scale): the embeddings are
+  // multiplied by embd_scale, each block's output by resid_scale before its
+  // residual add, q.k by attn_scale (0: 1 / sqrt(head_dim)) and the logits
+  // divided by logit_scale. 1 (0) elsewhere.
+  float embd_scale = 1.f;
+  float resid_scale = 1.f;
+  float attn_scale = 0.f;
+  float logit_scale = 1.f;
 
   bool is_moe() const { return n_expert > 0; }
   bool layer_is_moe(int64_t il) const;

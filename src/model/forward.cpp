@@ -204,18 +204,24 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
                 KvStore& kv, ForwardScratch& s, float* logits, bool hidden_states = false,
                 bool deviation = false) {
   const int64_t T = b.n_tokens, D = c.n_embd, hd = c.head_dim, n_out = b.n_logits;
-  // HF's attention factor multiplies cos and sin, so q.k by its square
-  const AttnShape shape{c.n_head,
-                        c.n_head_kv,
-                        hd,
-                        c.sliding_window,
-                        s.inv_freq.as<float>(),
-                        c.rope_attn_factor * c.rope_attn_factor};
+  // HF's attention factor multiplies cos and sin, so q.k by its square;
+  // Granite's multiplier replaces 1 / sqrt(head_dim)
+  const float score_factor = c.rope_attn_factor * c.rope_attn_factor *
+                             (c.attn_scale > 0.f ? c.attn_scale * std::sqrt(float(hd)) : 1.f);
+  const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>(),
+                        score_factor};
+  // Granite scales each block's output by resid_scale before the residual
+  // add. The stream is kept divided by it instead (x / r: the embeddings
+  // times embd_scale / r, blocks added as they come), which the norms cannot
+  // tell apart once their epsilon is eps / r^2: rmsnorm(x / r) with it is
+  // rmsnorm(x). So no kernel changes, and no extra pass per block.
+  const float r = c.resid_scale, eps = c.rms_eps / (r * r), embd_scale = c.embd_scale / r;
   float *x = s.x.as<float>(), *xn = s.xn.as<float>(), *q = s.q.as<float>(), *k = s.k.as<float>(),
         *v = s.v.as<float>(), *attn = s.attn.as<float>(), *proj = s.proj.as<float>();
 
   const AdapterRows adapters(be, b);
   be.embed(W.tok_embd, b, x);
+  if (embd_scale != 1.f) be.scale(x, embd_scale, T * D);
   trace(be, "embd", -1, s.x, T, D);
   bool normed = false;  // xn holds this layer's attention norm already
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -223,9 +229,9 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
     // attention block; the previous layer's residual add is fused into this
     // norm, or both into the previous layer's down product
     if (il == 0)
-      be.rmsnorm(x, l.attn_norm.f32(), T, D, c.rms_eps, xn);
+      be.rmsnorm(x, l.attn_norm.f32(), T, D, eps, xn);
     else if (!normed)
-      be.add_rmsnorm(x, proj, l.attn_norm.f32(), T, D, c.rms_eps, xn);
+      be.add_rmsnorm(x, proj, l.attn_norm.f32(), T, D, eps, xn);
     trace(be, "attn_norm", il, s.xn, T, D);
     const Weight* wqkv[3] = {&l.wq, &l.wk, &l.wv};
     const float* bqkv[3] = {nullptr, nullptr, nullptr};
@@ -236,7 +242,7 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
     } else {
       be.matmul_qkv(wqkv, bqkv, xn, T, qkv);
       if (c.qk_norm) {
-        be.rmsnorm(q, l.q_norm.f32(), T * c.n_head, hd, c.rms_eps, q);
+        be.rmsnorm(q, l.q_norm.f32(), T * c.n_head, hd, c.rms_eps, q);  // per head: the model's eps
         be.rmsnorm(k, l.k_norm.f32(), T * c.n_head_kv, hd, c.rms_eps, k);
       }
       if (deviation && il == 1) {  // measure mode: how far these K/V lie from the cache's
@@ -254,9 +260,9 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
     if (c.o_bias) {
       be.matmul(l.wo, attn, T, proj);
       be.add_bias(proj, l.bo.f32(), T, D);
-      be.add_rmsnorm(x, proj, l.ffn_norm.f32(), T, D, c.rms_eps, xn);
+      be.add_rmsnorm(x, proj, l.ffn_norm.f32(), T, D, eps, xn);
     } else {
-      be.matmul_add_rmsnorm(l.wo, attn, T, proj, x, l.ffn_norm.f32(), c.rms_eps, xn);
+      be.matmul_add_rmsnorm(l.wo, attn, T, proj, x, l.ffn_norm.f32(), eps, xn);
     }
     // feed-forward block
     trace(be, "ffn_norm", il, s.xn, T, D);
@@ -265,7 +271,7 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
       moe_mlp(be, c, l, T, s);
     else
       dense_mlp(be, l, T, s, normed ? W.layers[size_t(il + 1)].attn_norm.f32() : nullptr,
-                c.rms_eps);
+                eps);
     trace(be, "ffn_out", il, s.proj, T, D);
   }
   // Only the rows whose logits are wanted go through the last add, the norm
@@ -275,11 +281,12 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
   trace(be, "out", -1, s.x, T, D);
   be.gather_logit_rows(x, b, D, xn);
   if (hidden_states) {  // the same rows the head would read, in the caller's buffer
-    be.rmsnorm(xn, W.output_norm.f32(), n_out, D, c.rms_eps, logits);
+    be.rmsnorm(xn, W.output_norm.f32(), n_out, D, eps, logits);
     return;
   }
-  be.rmsnorm(xn, W.output_norm.f32(), n_out, D, c.rms_eps, s.final_rows.as<float>());
+  be.rmsnorm(xn, W.output_norm.f32(), n_out, D, eps, s.final_rows.as<float>());
   be.matmul(W.output, s.final_rows.as<float>(), n_out, logits);
+  if (c.logit_scale != 1.f) be.scale(logits, 1.f / c.logit_scale, n_out * c.n_vocab);
 }
 
 }  // namespace

@@ -387,7 +387,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     } else if (pre == "qwen2") {
       tk->normalizers_.push_back({NormalizerStep::Nfc, "", ""});
       split(kQwen2Regex);
-    } else if (pre == "smollm") {
+    } else if (pre == "smollm" || pre == "refact" || pre == "starcoder") {
+      // single digits, then GPT-2's split (Granite's GGUF files name it refact)
       PreTokenizerStep d{};
       d.kind = PreTokenizerStep::Digits;
       d.individual_digits = true;
@@ -397,7 +398,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
       bl.regex = std::make_shared<Regex>(kGpt2Regex);
     } else {
       throw TextError(fmt::format(
-          "{}: tokenizer.ggml.pre '{}' is not supported (llama-bpe, llama3, qwen2, smollm, gpt-2)",
+          "{}: tokenizer.ggml.pre '{}' is not supported (llama-bpe, llama3, qwen2, smollm, refact, "
+          "starcoder, gpt-2)",
           src, pre));
     }
     tk->pre_.push_back(bl);

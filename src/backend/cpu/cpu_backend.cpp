@@ -117,6 +117,7 @@ class CpuBackend final : public Backend {
     cpu::add_bias(y, b, n_rows, n);
   }
   void add(float* y, const float* x, int64_t n) override { cpu::add(y, x, n); }
+  void scale(float* x, float s, int64_t n) override { cpu::scale(x, s, n); }
   void silu_mul(float* gate, const float* up, int64_t n) override { cpu::silu_mul(gate, up, n); }
   void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
             const float* inv_freq) override {

@@ -84,6 +84,12 @@ void add(float* y, const float* x, int64_t n) {
   });
 }
 
+void scale(float* x, float s, int64_t n) {
+  for_ranges(n, 64, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] *= s;
+  });
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   const auto& k = simd();
   for_ranges(n, 64, n, [&](int64_t i0, int64_t i1) { k.silu_mul(gate + i0, up + i0, i1 - i0); });

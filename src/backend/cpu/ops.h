@@ -35,6 +35,7 @@ struct MatmulJob {
 void matmul_many(std::span<const MatmulJob> jobs);
 void add_bias(float* y, const float* b, int64_t n_rows, int64_t n);
 void add(float* y, const float* x, int64_t n);           // y += x
+void scale(float* x, float s, int64_t n);                // x *= s
 void silu_mul(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
 // NeoX-style RoPE (pairs i and i + head_dim/2) in place: x [n_rows, n_heads, head_dim].
 void rope(float* x, const int32_t* pos, int64_t n_rows, int64_t n_heads, int64_t head_dim,

@@ -339,6 +339,7 @@ class CudaBackend final : public Backend {
     cuda::add_bias(y, b, int(n_rows), int(n), st_);
   }
   void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, st_); }
+  void scale(float* x, float s, int64_t n) override { cuda::scale(x, s, n, st_); }
   void silu_mul(float* gate, const float* up, int64_t n) override {
     cuda::silu_mul(gate, up, n, st_);
   }

@@ -97,6 +97,12 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
     y[i] += x[i];
 }
 
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
 __global__ void add_bias_kernel(float* y, const float* b, int64_t n_total, int n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_total;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -248,6 +254,12 @@ void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, fl
 void add(float* y, const float* x, int64_t n, cudaStream_t st) {
   if (n <= 0) return;
   add_kernel<<<grid_for(n), 256, 0, st>>>(y, x, n);
+  WICK_CUDA_LAUNCHED();
+}
+
+void scale(float* x, float s, int64_t n, cudaStream_t st) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), 256, 0, st>>>(x, s, n);
   WICK_CUDA_LAUNCHED();
 }
 

@@ -113,6 +113,7 @@ void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float
 void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps, float* y,
                  cudaStream_t st);
 void add(float* y, const float* x, int64_t n, cudaStream_t st);
+void scale(float* x, float s, int64_t n, cudaStream_t st);  // x *= s
 void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t st);
 void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
           const float* inv_freq, cudaStream_t st);
