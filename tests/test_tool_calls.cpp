@@ -29,7 +29,7 @@ struct Case {
 
 std::vector<Case> cases() {
   const auto H = ToolFormat::Hermes, L = ToolFormat::Llama3Json, M = ToolFormat::Mistral,
-             A = ToolFormat::MistralArgs;
+             A = ToolFormat::MistralArgs, G = ToolFormat::Granite;
   return {
       {"hermes one",
        H,
@@ -128,6 +128,33 @@ std::vector<Case> cases() {
        "",
        {{"get_weather", R"({"city":"Paris"})"}}},
       {"mistral args text", A, "Hello world{x}", "Hello world{x}", {}},
+      {"granite two calls",
+       G,
+       "<|tool_call|>[{\"name\": \"add\", \"arguments\": {\"a\": 1}}, {\"name\": \"b\", "
+       "\"arguments\": {}}]",
+       "",
+       {{"add", R"({"a":1})"}, {"b", "{}"}}},
+      {"granite text then a call",
+       G,
+       "Checking.<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Paris\"}}]",
+       "Checking.",
+       {{"get_weather", R"({"city":"Paris"})"}}},
+      {"granite marker hidden",
+       G,
+       " [{\"name\": \"add\", \"arguments\": {\"a\": 1}}]",
+       "",
+       {{"add", R"({"a":1})"}}},
+      {"granite lists and brackets stay text",
+       G,
+       "[1, 2] and <|tool or [x]",
+       "[1, 2] and <|tool or [x]",
+       {}},
+      {"granite malformed kept as content",
+       G,
+       "<|tool_call|>[{\"name\": \"f\", \"arguments\": {oops}}]",
+       "<|tool_call|>[{\"name\": \"f\", \"arguments\": {oops}}]",
+       {}},
       {"none parses nothing",
        ToolFormat::None,
        "<tool_call>{\"name\": \"f\"}</tool_call>",
@@ -234,6 +261,7 @@ TEST(ToolCalls, FormatFromTemplateText) {
   EXPECT_EQ(detect_tool_format("{% for c in m.tool_calls %}[TOOL_CALLS]{{ c.name }}[ARGS]{{ "
                                "c.arguments }}{% endfor %}"),
             ToolFormat::MistralArgs);
+  EXPECT_EQ(detect_tool_format(read_text(tdir + "granite_tools.jinja")), ToolFormat::Granite);
   EXPECT_EQ(detect_tool_format("{{'<|im_start|>' + message['role'] + '\\n'}}"), ToolFormat::None);
   EXPECT_STREQ(tool_format_name(ToolFormat::Llama3Json), "llama3_json");
 }
@@ -264,6 +292,11 @@ TEST(ToolCallGrammar, EachFormatsMarkup) {
   const std::string a = tool_call_gbnf(ToolFormat::MistralArgs, {"f", "g"}, false);
   EXPECT_NE(a.find("call ::= \"[TOOL_CALLS]\" ( fn-0 | fn-1 )\n"), std::string::npos) << a;
   EXPECT_NE(a.find("fn-1 ::= \"g\" \"[ARGS]\" object\n"), std::string::npos) << a;  // bare names
+  const std::string g = tool_call_gbnf(ToolFormat::Granite, {"f"}, true);
+  EXPECT_NE(g.find("root ::= \"<|tool_call|>\" ws \"[\" ws call-json ( ws \",\" ws call-json )* ws "
+                   "\"]\"\n"),
+            std::string::npos)
+      << g;
   // the template-less default is Hermes markup
   EXPECT_EQ(tool_call_gbnf(ToolFormat::None, {"f"}, false),
             tool_call_gbnf(ToolFormat::Hermes, {"f"}, false));

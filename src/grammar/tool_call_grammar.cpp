@@ -66,6 +66,11 @@ std::string tool_call_gbnf_with_args(ToolFormat f, const std::vector<ToolGrammar
               : R"(root ::= "[TOOL_CALLS]" ws "[" ws call-json ws "]")";
       g += "\n";
       break;
+    case ToolFormat::Granite:
+      g = parallel ? R"(root ::= "<|tool_call|>" ws "[" ws call-json ( ws "," ws call-json )* ws "]")"
+                   : R"(root ::= "<|tool_call|>" ws "[" ws call-json ws "]")";
+      g += "\n";
+      break;
     case ToolFormat::MistralArgs:
       g = parallel ? "root ::= call+\n" : "root ::= call\n";
       g += R"(call ::= "[TOOL_CALLS]" ( )" + alts + " )\n";

@@ -18,6 +18,7 @@ constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kToolCalls = "[TOOL_CALLS]";
 constexpr std::string_view kArgs = "[ARGS]";
+constexpr std::string_view kGraniteToolCall = "<|tool_call|>";
 
 bool is_ws(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -112,6 +113,8 @@ std::string_view marker_of(ToolFormat f) {
     case ToolFormat::Mistral:
     case ToolFormat::MistralArgs:
       return kToolCalls;
+    case ToolFormat::Granite:
+      return kGraniteToolCall;
     case ToolFormat::None:
       break;
   }
@@ -132,6 +135,8 @@ const char* tool_format_name(ToolFormat f) {
       return "mistral";
     case ToolFormat::MistralArgs:
       return "mistral_args";
+    case ToolFormat::Granite:
+      return "granite";
   }
   return "none";
 }
@@ -140,6 +145,7 @@ ToolFormat detect_tool_format(std::string_view t) {
   // The markup each family's template writes for an assistant's calls.
   if (t.find(kToolCalls) != npos)
     return t.find(kArgs) != npos ? ToolFormat::MistralArgs : ToolFormat::Mistral;
+  if (t.find(kGraniteToolCall) != npos) return ToolFormat::Granite;
   if (t.find(kHermesOpen) != npos) return ToolFormat::Hermes;
   // Llama 3.1+: tools as JSON with "parameters", <|python_tag|> for code.
   if (t.find(kPythonTag) != npos || (t.find("<|start_header_id|>") != npos &&
@@ -220,8 +226,9 @@ size_t ToolCallParser::find_call_start(bool final, bool* partial) const {
       if (!final) consider(f, true);
     } else if (s[f] == '{' && format_ == ToolFormat::Llama3Json) {
       consider(f, false);
-    } else if (s[f] == '[' && format_ != ToolFormat::Llama3Json && !is_partial(s, f, kToolCalls) &&
-               !starts_with(s, f, kToolCalls)) {
+    } else if (s[f] == '[' && format_ != ToolFormat::Llama3Json &&
+               (format_ == ToolFormat::Granite ||
+                (!is_partial(s, f, kToolCalls) && !starts_with(s, f, kToolCalls)))) {
       consider(f, false);
     } else if (format_ == ToolFormat::MistralArgs && is_ident(s[f])) {
       size_t e = f;

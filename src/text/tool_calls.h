@@ -10,6 +10,8 @@
 //               after <|python_tag|> or not; several separated by ';'
 //   Mistral     [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
 //   MistralArgs [TOOL_CALLS]N[ARGS]{...}, repeated for parallel calls
+//   Granite     <|tool_call|>[{"name": N, "arguments": {...}}, ...] (IBM
+//               Granite 3.x: Mistral's array after its own special token)
 // A call is reported once its JSON is complete and valid; markup that does
 // not hold a valid call is kept as content, markup and all. Whitespace
 // between content and a call, or at the end after one, is not content.
@@ -22,7 +24,7 @@
 
 namespace wick {
 
-enum class ToolFormat { None, Hermes, Llama3Json, Mistral, MistralArgs };
+enum class ToolFormat { None, Hermes, Llama3Json, Mistral, MistralArgs, Granite };
 
 const char* tool_format_name(ToolFormat f);  // "none", "hermes", "llama3_json", ...
 // The format whose markup the template renders for tools; None when it

@@ -26,11 +26,24 @@ def interleave_heads(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, hd // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_model(fixture: str, out: str) -> None:
+def write_granite_gguf(fixture: str, path: str, tokenizer_from: str | None = None,
+                       chat_template: str | None = None) -> None:
+    """The fixture as llama.cpp lays it out; with tokenizer_from (a GGUF), that file's tokenizer
+    under the pre-tokenizer name "refact" and the embedding grown to its vocabulary (the
+    fixture's rows first, random ones after), and chat_template as tokenizer.chat_template."""
     cfg = json.load(open(os.path.join(fixture, "config.json")))
     t = load_file(os.path.join(fixture, "model.safetensors"))
     n_head, n_head_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    w = gguf.GGUFWriter(os.path.join(out, "granite-f32.gguf"), arch="granite")
+    w = gguf.GGUFWriter(path, arch="granite")
+    if tokenizer_from:
+        n_vocab = copy_tokenizer(gguf.GGUFReader(tokenizer_from), w)
+        emb = t["model.embed_tokens.weight"]
+        grown = np.random.default_rng(7).standard_normal((n_vocab, emb.shape[1])) * 0.08
+        grown[: emb.shape[0]] = emb
+        t["model.embed_tokens.weight"] = grown.astype(np.float32)
+        cfg["vocab_size"] = n_vocab
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -65,9 +78,8 @@ def write_model(fixture: str, out: str) -> None:
     w.close()
 
 
-def write_refact_tokenizer(model: str, out: str) -> None:
-    r = gguf.GGUFReader(model)
-    w = gguf.GGUFWriter(os.path.join(out, "refact-tokenizer.gguf"), arch="llama")
+def copy_tokenizer(r: gguf.GGUFReader, w: gguf.GGUFWriter) -> int:
+    """r's BPE tokenizer into w, its pre-tokenizer named "refact"; returns the vocabulary size."""
     for key in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
                 "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
                 "tokenizer.ggml.eos_token_id"):
@@ -78,6 +90,12 @@ def write_refact_tokenizer(model: str, out: str) -> None:
         else:
             w.add_key_value(key, v, f.types[0])
     w.add_string("tokenizer.ggml.pre", "refact")
+    return len(r.fields["tokenizer.ggml.tokens"].contents())
+
+
+def write_refact_tokenizer(model: str, out: str) -> None:
+    w = gguf.GGUFWriter(os.path.join(out, "refact-tokenizer.gguf"), arch="llama")
+    copy_tokenizer(gguf.GGUFReader(model), w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -86,7 +104,7 @@ def write_refact_tokenizer(model: str, out: str) -> None:
 
 def main(fixture: str, model: str, out: str) -> None:
     os.makedirs(out, exist_ok=True)
-    write_model(fixture, out)
+    write_granite_gguf(fixture, os.path.join(out, "granite-f32.gguf"))
     if os.path.exists(model):
         write_refact_tokenizer(model, out)
 

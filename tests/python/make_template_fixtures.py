@@ -75,6 +75,7 @@ def main(shared, smollm2, tdir, out):
         # tool markup of the formats ../shared has no template for (written for wick's tests)
         "llama31_tools": (toks["llama3"], open(f"{tdir}/llama31_tools.jinja").read(), "llama31_tools.jinja"),
         "mistral_tools": (toks["llama2"], open(f"{tdir}/mistral_tools.jinja").read(), "mistral_tools.jinja"),
+        "granite_tools": (toks["llama2"], open(f"{tdir}/granite_tools.jinja").read(), "granite_tools.jinja"),
     }
     if smol_tmpl:
         templates["smollm2"] = (toks["llama2"], smol_tmpl, "smollm2")
