@@ -17,15 +17,16 @@ struct Case {
 
 std::vector<Case> cases() {
   const std::string t = shared_dir() + "/tokenizers/", d = data_dir() + "/text/";
-  return {{"qwen3", t + "qwen3/tokenizer.json", d + "qwen3.expect.json"},
-          {"llama3", t + "llama3", d + "llama3.expect.json"},
-          {"llama2", t + "llama2/tokenizer.json", d + "llama2.expect.json"},
-          {"smollm2_gguf", std::getenv("WICK_TEST_MODEL") ? std::getenv("WICK_TEST_MODEL") : "",
-           d + "smollm2.expect.json"},
-          {"llama2_gguf", d + "llama2-vocab.gguf", d + "llama2.expect.json"},
-          // SmolLM2's tokenizer named as Granite's GGUF files name theirs (the
-          // same pre-tokenizer: single digits, then GPT-2's split)
-          {"refact_gguf", data_dir() + "/granite/refact-tokenizer.gguf", d + "smollm2.expect.json"}};
+  return {
+      {"qwen3", t + "qwen3/tokenizer.json", d + "qwen3.expect.json"},
+      {"llama3", t + "llama3", d + "llama3.expect.json"},
+      {"llama2", t + "llama2/tokenizer.json", d + "llama2.expect.json"},
+      {"smollm2_gguf", std::getenv("WICK_TEST_MODEL") ? std::getenv("WICK_TEST_MODEL") : "",
+       d + "smollm2.expect.json"},
+      {"llama2_gguf", d + "llama2-vocab.gguf", d + "llama2.expect.json"},
+      // SmolLM2's tokenizer named as Granite's GGUF files name theirs (the
+      // same pre-tokenizer: single digits, then GPT-2's split)
+      {"refact_gguf", data_dir() + "/granite/refact-tokenizer.gguf", d + "smollm2.expect.json"}};
 }
 
 class Conformance : public ::testing::TestWithParam<Case> {};

@@ -67,8 +67,9 @@ std::string tool_call_gbnf_with_args(ToolFormat f, const std::vector<ToolGrammar
       g += "\n";
       break;
     case ToolFormat::Granite:
-      g = parallel ? R"(root ::= "<|tool_call|>" ws "[" ws call-json ( ws "," ws call-json )* ws "]")"
-                   : R"(root ::= "<|tool_call|>" ws "[" ws call-json ws "]")";
+      g = parallel
+              ? R"(root ::= "<|tool_call|>" ws "[" ws call-json ( ws "," ws call-json )* ws "]")"
+              : R"(root ::= "<|tool_call|>" ws "[" ws call-json ws "]")";
       g += "\n";
       break;
     case ToolFormat::MistralArgs:

@@ -295,11 +295,9 @@ ModelConfig config_from_hf_json(const json& j, const std::string& src) {
     read_rope(j, c, src);
     bool attention_bias = get_or<bool>(j, "attention_bias", false);
     c.qkv_bias = c.arch == Arch::Qwen2 || attention_bias;
-    c.o_bias =
-        (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Granite) &&
-        attention_bias;
-    if (get_or<bool>(j, "mlp_bias", false))
-      throw_model("{}: mlp_bias=true is not supported", src);
+    c.o_bias = (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Granite) &&
+               attention_bias;
+    if (get_or<bool>(j, "mlp_bias", false)) throw_model("{}: mlp_bias=true is not supported", src);
     if (c.arch == Arch::Granite) {
       // HF's GraniteConfig defaults: 1 and 1 / sqrt(head_dim) where absent
       c.embd_scale = get_or<float>(j, "embedding_multiplier", 1.f);
@@ -356,9 +354,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   else if (a == "granite")
     c.arch = Arch::Granite;
   else
-    throw_model(
-        "{}: unknown architecture '{}' (supported: llama, qwen2, qwen3, qwen3moe, granite)", src,
-        a);
+    throw_model("{}: unknown architecture '{}' (supported: llama, qwen2, qwen3, qwen3moe, granite)",
+                src, a);
   auto req = [&](const std::string& key) {
     auto v = f.get_int(a + "." + key);
     if (!v) throw_model("{}: metadata {}.{} is missing", src, a, key);

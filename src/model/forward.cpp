@@ -208,7 +208,7 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
   // Granite's multiplier replaces 1 / sqrt(head_dim)
   const float score_factor = c.rope_attn_factor * c.rope_attn_factor *
                              (c.attn_scale > 0.f ? c.attn_scale * std::sqrt(float(hd)) : 1.f);
-  const AttnShape shape{c.n_head, c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>(),
+  const AttnShape shape{c.n_head,    c.n_head_kv, hd, c.sliding_window, s.inv_freq.as<float>(),
                         score_factor};
   // Granite scales each block's output by resid_scale before the residual
   // add. The stream is kept divided by it instead (x / r: the embeddings
@@ -270,8 +270,7 @@ void run_layers(Backend& be, const ModelConfig& c, const ModelWeights& W, const 
     if (c.layer_is_moe(il))
       moe_mlp(be, c, l, T, s);
     else
-      dense_mlp(be, l, T, s, normed ? W.layers[size_t(il + 1)].attn_norm.f32() : nullptr,
-                eps);
+      dense_mlp(be, l, T, s, normed ? W.layers[size_t(il + 1)].attn_norm.f32() : nullptr, eps);
     trace(be, "ffn_out", il, s.proj, T, D);
   }
   // Only the rows whose logits are wanted go through the last add, the norm

@@ -24,6 +24,7 @@ const std::map<std::string, Shape>& shapes() {
       {"qwen2.5-0.5b", {Arch::Qwen2, 151936, 896, 4864, 24, 14, 2, 64, 1e6f, 1e-6f, true, false}},
       {"qwen3-0.6b", {Arch::Qwen3, 151936, 1024, 3072, 28, 16, 8, 128, 1e6f, 1e-6f, false, true}},
       {"llama3.2-1b", {Arch::Llama, 128256, 2048, 8192, 16, 32, 8, 64, 5e5f, 1e-5f, false, false}},
+      {"granite3-2b", {Arch::Granite, 49155, 2048, 8192, 40, 32, 8, 64, 5e6f, 1e-5f, false, false}},
   };
   return s;
 }
@@ -117,6 +118,12 @@ std::unique_ptr<Model> make_shaped_model(const std::string& name) {
   c.tie_embeddings = true;
   c.qkv_bias = s.qkv_bias;
   c.qk_norm = s.qk_norm;
+  if (c.arch == Arch::Granite) {  // granite-3.1-2b's multipliers
+    c.embd_scale = 12.f;
+    c.resid_scale = 0.22f;
+    c.attn_scale = 0.015625f;
+    c.logit_scale = 8.f;
+  }
   c.validate(name);
   uint64_t seed = 1;
   auto mat = [&](int64_t n_out, int64_t n_in) {

@@ -1,7 +1,7 @@
 // Random-weight models with the exact shapes of real ones, made in memory,
 // for speed work: `shaped:SHAPE:TYPE` wherever a model path is taken, e.g.
 // shaped:qwen2.5-0.5b:bf16 (SHAPE: smollm2-135m, qwen2.5-0.5b, qwen3-0.6b,
-// llama3.2-1b; TYPE: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k). Speed does
+// llama3.2-1b, granite3-2b; TYPE: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k). Speed does
 // not depend on the weight values; they are random, never zero.
 #pragma once
 
