@@ -120,6 +120,19 @@ TEST_F(BadInput, UnknownArchitecture) {
   expect_load_error(g, {g, "falcon"});
 }
 
+// What the forward does not compute is refused, not ignored: biases on the
+// MLP, and Granite multipliers that are not positive numbers.
+TEST_F(BadInput, ConfigValuesTheForwardCannotHonour) {
+  auto dir = make_folder("mlp_bias", tiny_llama_tensors(), [](auto& c) { c["mlp_bias"] = true; });
+  expect_load_error(dir, {dir + "/config.json", "mlp_bias=true is not supported"});
+  dir = make_folder("granite_zero", tiny_llama_tensors(), [](auto& c) {
+    c["model_type"] = "granite";
+    c["logits_scaling"] = 0.0;
+  });
+  expect_load_error(dir,
+                    {dir + "/config.json", "the logit scale must be a positive number (got 0)"});
+}
+
 // Rewrites the tiny llama GGUF with `edit` applied to each tensor in turn.
 std::string rewrite_gguf(
     const std::string& name,
