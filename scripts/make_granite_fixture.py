@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the tiny random-weight Granite fixture (tests/fixtures/tiny-models/granite) and its
-HF transformers reference outputs, in the layout of ../shared/fixtures/tiny-models/<arch>
+"""Writes a tiny random-weight Granite fixture (tests/fixtures/tiny-models/granite, or with
+`granitemoe` first, tests/fixtures/tiny-models/granitemoe) and its HF transformers reference outputs, in the layout of ../shared/fixtures/tiny-models/<arch>
 (see ../shared/README.md): model.safetensors (f32), bf16/model.safetensors, config.json,
 reference.json and the raw little-endian float32 pN_logits / pN_hidden / pN_logits_bf16w files.
 
@@ -12,10 +12,15 @@ the committed one (Debian 12's python3-torch 1.13.1, the system Python 3.11):
   python3 -m venv --system-site-packages /tmp/granite-ref
   /tmp/granite-ref/bin/pip install transformers==4.46.3 safetensors
   /tmp/granite-ref/bin/python scripts/make_granite_fixture.py tests/fixtures/tiny-models/granite
+  /tmp/granite-ref/bin/python scripts/make_granite_fixture.py granitemoe \
+      tests/fixtures/tiny-models/granitemoe
 
 Granite (IBM's granite-3.x dense models, spnl's default generator) is Llama with four
 multipliers; the values below are granite-3.x-2b's except attention_multiplier, which is
-1/head_dim as there (not 1/sqrt(head_dim), so that a missing multiplier shows).
+1/head_dim as there (not 1/sqrt(head_dim), so that a missing multiplier shows). GraniteMoe
+(granite-3.x-1b-a400m, -3b-a800m) has the same layers with a mixture of experts in place of the
+MLP: each expert's gate and up projections stacked in one `input_linear` [experts, 2 x ff,
+hidden], the router's top k logits softmaxed; the fixture has 4 experts, 2 per token.
 """
 import json
 import os
@@ -25,11 +30,14 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import GraniteConfig, GraniteForCausalLM
+from transformers import (GraniteConfig, GraniteForCausalLM, GraniteMoeConfig,
+                          GraniteMoeForCausalLM)
 
 N_VOCAB, N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_LAYER = 512, 64, 4, 2, 128, 2
 PROMPT_LENGTHS = (24, 8, 41)
 N_GREEDY = 16
+N_EXPERT, N_EXPERT_USED = 4, 2
+ARCH = "granite"  # or "granitemoe" (main's first argument)
 # the projections larger than the embeddings (std 0.08, as the other tiny fixtures'), so that
 # the layers outweigh x12 embeddings beside x0.22 residuals: with all at 0.08 the tied head
 # predicts the last token again, and greedy decoding repeats it
@@ -42,10 +50,15 @@ HUB_KEYS = ("attention_bias", "attention_dropout", "attention_multiplier", "bos_
             "num_key_value_heads", "pad_token_id", "residual_multiplier", "rms_norm_eps",
             "rope_scaling", "rope_theta", "tie_word_embeddings", "transformers_version",
             "use_cache", "vocab_size")
+MOE_KEYS = ("num_local_experts", "num_experts_per_tok", "output_router_logits",
+            "router_aux_loss_coef")
 
 
-def config() -> GraniteConfig:
-    return GraniteConfig(
+def config():
+    moe = ARCH == "granitemoe"
+    extra = dict(num_local_experts=N_EXPERT, num_experts_per_tok=N_EXPERT_USED) if moe else {}
+    return (GraniteMoeConfig if moe else GraniteConfig)(
+        **extra,
         vocab_size=N_VOCAB,
         hidden_size=N_EMBD,
         intermediate_size=N_FF,
@@ -57,7 +70,6 @@ def config() -> GraniteConfig:
         rope_theta=10000.0,
         tie_word_embeddings=True,
         attention_bias=False,
-        mlp_bias=False,
         embedding_multiplier=12.0,
         residual_multiplier=0.22,
         attention_multiplier=1.0 / (N_EMBD // N_HEAD),
@@ -69,9 +81,10 @@ def config() -> GraniteConfig:
     )
 
 
-def random_model(seed: int) -> GraniteForCausalLM:
+def random_model(seed: int):
     torch.manual_seed(seed)
-    m = GraniteForCausalLM(config()).eval()
+    cls = GraniteMoeForCausalLM if ARCH == "granitemoe" else GraniteForCausalLM
+    m = cls(config()).eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
             if name.endswith("norm.weight"):
@@ -113,8 +126,9 @@ def main(out_dir: str) -> None:
               os.path.join(out_dir, "bf16", "model.safetensors"), metadata=meta)
     # the keys a hub Granite config.json has, not every generation default
     full = m.config.to_dict()
-    cfg = {k: full[k] for k in HUB_KEYS}
-    cfg["architectures"] = ["GraniteForCausalLM"]
+    keys = HUB_KEYS + MOE_KEYS if ARCH == "granitemoe" else HUB_KEYS
+    cfg = {k: full[k] for k in keys if k in full}
+    cfg["architectures"] = [type(m).__name__]
     for d in (out_dir, os.path.join(out_dir, "bf16")):
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
@@ -145,7 +159,7 @@ def main(out_dir: str) -> None:
             "greedy_continuation": greedy(m, ids, N_GREEDY),
         })
     ref = {
-        "arch": "granite",
+        "arch": ARCH,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "dtype_compute": "float32",
@@ -159,6 +173,9 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: make_granite_fixture.py OUT_DIR")
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    if args and args[0] in ("granite", "granitemoe"):
+        ARCH = args.pop(0)
+    if len(args) != 1:
+        sys.exit("usage: make_granite_fixture.py [granite|granitemoe] OUT_DIR")
+    main(args[0])

@@ -29,10 +29,11 @@ inline std::string source_dir() {
   const char* d = std::getenv("WICK_SOURCE_DIR");
   return d && *d ? d : WICK_SOURCE_DIR;
 }
-// Granite's fixture is the repository's (scripts/make_granite_fixture.py), in
+// Granite's fixtures are the repository's (scripts/make_granite_fixture.py), in
 // ../shared's layout; the others are ../shared's.
 inline std::string tiny_dir(const std::string& arch) {
-  if (arch == "granite") return source_dir() + "/tests/fixtures/tiny-models/granite";
+  if (arch == "granite" || arch == "granitemoe")
+    return source_dir() + "/tests/fixtures/tiny-models/" + arch;
   return shared_dir() + "/fixtures/tiny-models/" + arch;
 }
 // made by the setup tests, or WICK_TEST_DATA_DIR at run time (a GPU machine's copy)
@@ -80,8 +81,8 @@ inline bool ci_mode() {
   } while (0)
 
 inline const std::vector<std::string>& archs() {
-  static const std::vector<std::string> a{"llama",     "mistral", "qwen2",  "qwen3",
-                                          "qwen3_moe", "mixtral", "granite"};
+  static const std::vector<std::string> a{"llama",     "mistral", "qwen2",   "qwen3",
+                                          "qwen3_moe", "mixtral", "granite", "granitemoe"};
   return a;
 }
 

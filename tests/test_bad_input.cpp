@@ -131,6 +131,17 @@ TEST_F(BadInput, ConfigValuesTheForwardCannotHonour) {
   });
   expect_load_error(dir,
                     {dir + "/config.json", "the logit scale must be a positive number (got 0)"});
+  // GraniteMoeShared's shared experts (llama.cpp's granitemoe with
+  // expert_shared_feed_forward_length) would be dropped: refused by name
+  const std::string g = data_dir() + "/bad/granitemoe_shared.gguf";
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::str("granitemoe"));
+  for (const char* k :
+       {"embedding_length", "block_count", "attention.head_count", "feed_forward_length",
+        "expert_count", "expert_used_count", "expert_shared_feed_forward_length"})
+    w.set(std::string("granitemoe.") + k, GgufValue::u32(64));
+  w.write(g);
+  expect_load_error(g, {g, "shared experts (GraniteMoeShared) are not supported"});
 }
 
 // Rewrites the tiny llama GGUF with `edit` applied to each tensor in turn.

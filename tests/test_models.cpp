@@ -50,8 +50,13 @@ TEST_P(TinyModel, LogitsMatchTransformers) {
     }
     // Granite's f32 paths: 1.6e-6 measured, 2.9e-5 with its norms' epsilon
     // not divided by the residual multiplier squared (forward.cpp)
-    const double exact = GetParam() == "granite" ? 1e-5 : 1e-4;
-    EXPECT_LT(worst, rounded ? 1.5e-2 : exact) << GetParam() << " " << v.name;
+    const double exact = GetParam().rfind("granite", 0) == 0 ? 1e-5 : 1e-4;
+    // GraniteMoe's prompt 0 has a near-tie in the router at row 4, layer 0 (the
+    // 2nd and 3rd experts' logits 0.002 apart in transformers): bf16
+    // activations pick the other expert there, 4.8e-2 off in that row and
+    // 2e-2 in a few after it; every other row is within 1.1e-2
+    const double rounded_bound = GetParam() == "granitemoe" ? 6e-2 : 1.5e-2;
+    EXPECT_LT(worst, rounded ? rounded_bound : exact) << GetParam() << " " << v.name;
     EXPECT_LT(worst_steps, 1e-6) << GetParam() << " " << v.name << " token by token";
     std::printf("[ report ] %-10s %-5s worst relative error %.2e%s\n", GetParam().c_str(), v.name,
                 worst, rounded ? " (bf16 activations)" : "");
@@ -127,7 +132,7 @@ TEST_P(TinyModel, GgufCopyMatchesSafetensors) {
   const int64_t V = st->config.n_vocab, n = int64_t(ids.size());
   // Granite's fixture has layers that outweigh its embeddings (the others'
   // barely move the logits), so the layers' rounding shows more: up to 6.8e-2
-  const double max_rel = GetParam() == "granite" ? 8e-2 : 6e-2;
+  const double max_rel = GetParam().rfind("granite", 0) == 0 ? 8e-2 : 6e-2;
   int good = 0;
   for (int64_t r = 0; r < n; ++r) {
     std::vector<float> a(got.begin() + r * V, got.begin() + (r + 1) * V),
@@ -143,25 +148,38 @@ TEST_P(TinyModel, GgufCopyMatchesSafetensors) {
 
 // Granite as llama.cpp lays it out, written by the `gguf` package
 // (tests/python/make_granite_gguf.py: its key names for the four multipliers,
-// q/k rows interleaved, tied head): the same configuration and, in f32, the
-// safetensors' logits bit for bit.
-TEST(Granite, GgufFromTheGgufPackageMatchesSafetensors) {
-  const std::string path = data_dir() + "/granite/granite-f32.gguf";
+// q/k rows interleaved, tied head; GraniteMoe's experts split into gate, up and
+// down stacks): the same configuration and, in f32, the safetensors' logits
+// bit for bit.
+class GraniteGguf : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GraniteGguf, FromTheGgufPackageMatchesSafetensors) {
+  const std::string arch = GetParam(), path = data_dir() + "/granite/" + arch + "-f32.gguf";
   if (!std::filesystem::exists(path)) WICK_SKIP_OR_FAIL("fixture missing: " << path);
-  auto st = load_model(tiny_dir("granite"));
+  auto st = load_model(tiny_dir(arch));
   auto g = load_model(path);
   const ModelConfig &a = g->config, &b = st->config;
-  EXPECT_EQ(a.arch, Arch::Granite);
+  EXPECT_EQ(a.arch, arch == "granite" ? Arch::Granite : Arch::GraniteMoe);
   EXPECT_EQ(a.embd_scale, 12.f);
   EXPECT_EQ(a.resid_scale, 0.22f);
   EXPECT_EQ(a.attn_scale, 0.0625f);
   EXPECT_EQ(a.logit_scale, 8.f);
   EXPECT_EQ(std::tie(a.embd_scale, a.resid_scale, a.attn_scale, a.logit_scale, a.tie_embeddings),
             std::tie(b.embd_scale, b.resid_scale, b.attn_scale, b.logit_scale, b.tie_embeddings));
-  auto ids = read_json(tiny_dir("granite") + "/reference.json")["prompts"][0]["ids"]
-                 .get<std::vector<int32_t>>();
-  EXPECT_EQ(run_all_logits(*g, ids), run_all_logits(*st, ids));
+  EXPECT_EQ(std::tie(a.n_expert, a.n_expert_used, a.n_ff_expert, a.norm_topk_prob),
+            std::tie(b.n_expert, b.n_expert_used, b.n_ff_expert, b.norm_topk_prob));
+  if (arch == "granitemoe") {
+    EXPECT_EQ(a.n_expert, 4);
+    EXPECT_EQ(a.n_expert_used, 2);
+  }
+  for (auto& p : read_json(tiny_dir(arch) + "/reference.json")["prompts"]) {
+    auto ids = p["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(run_all_logits(*g, ids), run_all_logits(*st, ids));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, GraniteGguf, ::testing::Values("granite", "granitemoe"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, TinyModel, ::testing::ValuesIn(archs()),
                          [](const auto& info) { return info.param; });

@@ -126,7 +126,7 @@ void register_info(CLI::App& app) {
     } else if (c.rope_type == "linear") {
       j["rope_scale"] = c.rope_scale;
     }
-    if (c.arch == Arch::Granite)  // 0: 1 / sqrt(head_dim)
+    if (is_granite(c.arch))  // 0: 1 / sqrt(head_dim)
       j["multipliers"] = {{"embedding", c.embd_scale},
                           {"residual", c.resid_scale},
                           {"attention", c.attn_scale},
@@ -157,7 +157,7 @@ void register_info(CLI::App& app) {
       fmt::print(" · x{}", c.rope_scale);
     fmt::print("\n");
     if (c.sliding_window) fmt::print("window        {}\n", c.sliding_window);
-    if (c.arch == Arch::Granite)
+    if (is_granite(c.arch))
       fmt::print("multipliers   embeddings x{} · residual x{} · attention x{} · logits /{}\n",
                  c.embd_scale, c.resid_scale, c.attn_scale, c.logit_scale);
     fmt::print("tokenizer     {}\n", m->tokenizer_kind);

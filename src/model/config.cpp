@@ -27,6 +27,8 @@ const char* arch_name(Arch a) {
       return "mixtral";
     case Arch::Granite:
       return "granite";
+    case Arch::GraniteMoe:
+      return "granitemoe";
   }
   return "?";
 }
@@ -45,12 +47,14 @@ std::string gguf_arch(Arch a) {
       return "qwen3moe";
     case Arch::Granite:
       return "granite";
+    case Arch::GraniteMoe:
+      return "granitemoe";
   }
   return "?";
 }
 
 bool gguf_rows_interleaved(Arch a) {
-  return gguf_arch(a) == "llama" || a == Arch::Granite;  // llama.cpp converts Granite as Llama
+  return gguf_arch(a) == "llama" || is_granite(a);  // llama.cpp converts Granite as Llama
 }
 
 int64_t gguf_stored_row(int64_t r, int64_t head_dim) {
@@ -277,10 +281,12 @@ ModelConfig config_from_hf_json(const json& j, const std::string& src) {
       c.arch = Arch::Mixtral;
     else if (mt == "granite")
       c.arch = Arch::Granite;
+    else if (mt == "granitemoe")
+      c.arch = Arch::GraniteMoe;
     else
       throw_model(
           "{}: unknown architecture model_type '{}' (supported: llama, mistral, qwen2, "
-          "qwen3, qwen3_moe, mixtral, granite)",
+          "qwen3, qwen3_moe, mixtral, granite, granitemoe)",
           src, mt);
     c.n_vocab = j.at("vocab_size").get<int64_t>();
     c.n_embd = j.at("hidden_size").get<int64_t>();
@@ -295,14 +301,15 @@ ModelConfig config_from_hf_json(const json& j, const std::string& src) {
     read_rope(j, c, src);
     bool attention_bias = get_or<bool>(j, "attention_bias", false);
     c.qkv_bias = c.arch == Arch::Qwen2 || attention_bias;
-    c.o_bias = (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Granite) &&
-               attention_bias;
+    c.o_bias =
+        (c.arch == Arch::Llama || c.arch == Arch::Mistral || is_granite(c.arch)) && attention_bias;
     if (get_or<bool>(j, "mlp_bias", false)) throw_model("{}: mlp_bias=true is not supported", src);
-    if (c.arch == Arch::Granite) {
-      // HF's GraniteConfig defaults: 1 and 1 / sqrt(head_dim) where absent
+    if (is_granite(c.arch)) {
+      // HF's GraniteConfig and GraniteMoeConfig defaults where absent: all 1 (an
+      // attention multiplier of 1, not 1 / sqrt(head_dim), as transformers runs it)
       c.embd_scale = get_or<float>(j, "embedding_multiplier", 1.f);
       c.resid_scale = get_or<float>(j, "residual_multiplier", 1.f);
-      c.attn_scale = get_or<float>(j, "attention_multiplier", 0.f);
+      c.attn_scale = get_or<float>(j, "attention_multiplier", 1.f);
       c.logit_scale = get_or<float>(j, "logits_scaling", 1.f);
     }
     c.qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3Moe;
@@ -314,7 +321,8 @@ ModelConfig config_from_hf_json(const json& j, const std::string& src) {
       if (get_or<bool>(j, "use_sliding_window", false))
         throw_model("{}: use_sliding_window=true is not supported for {}", src, mt);
     }
-    if (c.arch == Arch::Mixtral) {
+    if (c.arch == Arch::Mixtral || c.arch == Arch::GraniteMoe) {
+      // GraniteMoe: top-k logits softmaxed, the same weights as Mixtral's renormalised top k
       c.n_expert = get_or<int64_t>(j, "num_local_experts", 0);
       c.n_expert_used = get_or<int64_t>(j, "num_experts_per_tok", 2);
       c.n_ff_expert = c.n_ff;
@@ -353,9 +361,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.arch = Arch::Qwen3Moe;
   else if (a == "granite")
     c.arch = Arch::Granite;
+  else if (a == "granitemoe")
+    c.arch = Arch::GraniteMoe;
   else
-    throw_model("{}: unknown architecture '{}' (supported: llama, qwen2, qwen3, qwen3moe, granite)",
-                src, a);
+    throw_model(
+        "{}: unknown architecture '{}' (supported: llama, qwen2, qwen3, qwen3moe, granite, "
+        "granitemoe)",
+        src, a);
   auto req = [&](const std::string& key) {
     auto v = f.get_int(a + "." + key);
     if (!v) throw_model("{}: metadata {}.{} is missing", src, a, key);
@@ -390,6 +402,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.n_ff_expert = c.n_ff;
   }
   if (c.arch == Arch::Llama && c.sliding_window > 0) c.arch = Arch::Mistral;
+  if (c.arch == Arch::GraniteMoe) {
+    if (opt_int("expert_shared_feed_forward_length", 0) > 0)
+      throw_model("{}: shared experts (GraniteMoeShared) are not supported", src);
+    c.n_ff_expert = c.n_ff;  // feed_forward_length is the experts' width, as Mixtral's
+    c.norm_topk_prob = true;
+  }
   if (c.arch == Arch::Qwen3Moe) {
     c.n_ff_expert = opt_int("expert_feed_forward_length", 0);
     c.norm_topk_prob = true;  // the GGUF metadata has no flag; Qwen3-MoE releases normalise
@@ -398,9 +416,9 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.tie_embeddings = f.tensors().find("output.weight") == nullptr;
   c.o_bias = f.tensors().find("blk.0.attn_output.bias") != nullptr;
   if (c.arch == Arch::Llama || c.arch == Arch::Mistral || c.arch == Arch::Mixtral ||
-      c.arch == Arch::Granite)
+      is_granite(c.arch))
     c.qkv_bias = f.tensors().find("blk.0.attn_q.bias") != nullptr;
-  if (c.arch == Arch::Granite) {
+  if (is_granite(c.arch)) {
     // llama.cpp's keys; absent ones are the plain model's (as llama.cpp reads them)
     auto opt_float = [&](const std::string& key, double d) {
       return float(f.get_float(a + "." + key).value_or(d));

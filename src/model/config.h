@@ -10,8 +10,12 @@ namespace wick {
 
 class GgufFile;
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, Granite };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, Granite, GraniteMoe };
 const char* arch_name(Arch a);
+// IBM Granite 3.x, dense or mixture of experts: Llama's layers with four multipliers.
+inline bool is_granite(Arch a) {
+  return a == Arch::Granite || a == Arch::GraniteMoe;
+}
 // general.architecture of the family's GGUF files ("llama" for Mistral and Mixtral too).
 std::string gguf_arch(Arch a);
 // llama.cpp's GGUF files of llama-family models interleave the two RoPE
@@ -51,7 +55,7 @@ struct ModelConfig {
   bool o_bias = false;         // Llama with attention_bias
   bool qk_norm = false;        // Qwen3: RMSNorm per head on q and k before RoPE
   int64_t sliding_window = 0;  // 0 = full attention (Mistral: each token sees this many)
-  // Mixture of experts (Mixtral, Qwen3-MoE).
+  // Mixture of experts (Mixtral, Qwen3-MoE, GraniteMoe).
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_expert = 0;

@@ -138,7 +138,7 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
       w.set(a + ".expert_weights_norm", GgufValue::boolean(c.norm_topk_prob));
     }
   }
-  if (c.arch == Arch::Granite) {  // llama.cpp's names for HF's multipliers
+  if (is_granite(c.arch)) {  // llama.cpp's names for HF's multipliers
     w.set(a + ".embedding_scale", GgufValue::f32(c.embd_scale));
     w.set(a + ".residual_scale", GgufValue::f32(c.resid_scale));
     if (c.attn_scale > 0.f) w.set(a + ".attention.scale", GgufValue::f32(c.attn_scale));

@@ -73,12 +73,14 @@ class Loader {
     return w;
   }
 
-  // One expert's slice of a stacked [n_expert, n_out, n_in] tensor.
+  // One expert's slice of a stacked [n_expert, n_out, n_in] tensor: its rows
+  // [row0, row0 + n_rows) (all of them by default).
   Weight expert_slice(const std::string& name, int64_t n_expert, int64_t e, int64_t n_out,
-                      int64_t n_in) {
+                      int64_t n_in, int64_t row0 = 0, int64_t n_rows = -1) {
     const TensorView& t = require_stacked(name, {n_expert, n_out, n_in});
-    size_t per = size_t(n_out) * row_bytes(t.dtype, n_in);
-    return Weight{t.dtype, n_out, n_in, static_cast<const uint8_t*>(t.data) + size_t(e) * per};
+    const size_t rb = row_bytes(t.dtype, n_in);
+    const auto* base = static_cast<const uint8_t*>(t.data) + (size_t(e) * n_out + row0) * rb;
+    return Weight{t.dtype, n_rows < 0 ? n_out : n_rows, n_in, base};
   }
 
  private:
@@ -128,6 +130,20 @@ void load_hf_weights(Model& m, Loader& L) {
       l.w_gate = L.matrix(p + "mlp.gate_proj.weight", c.n_ff, c.n_embd);
       l.w_up = L.matrix(p + "mlp.up_proj.weight", c.n_ff, c.n_embd);
       l.w_down = L.matrix(p + "mlp.down_proj.weight", c.n_embd, c.n_ff);
+      continue;
+    }
+    if (c.arch == Arch::GraniteMoe) {
+      // every expert's gate and up rows stacked in one [n_expert, 2 n_ff, n_embd]
+      std::string moe = p + "block_sparse_moe.";
+      const int64_t ff = c.n_ff_expert;
+      l.router = L.matrix(moe + "router.layer.weight", c.n_expert, c.n_embd);
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        ExpertWeights& x = l.experts.emplace_back();
+        const std::string in = moe + "input_linear.weight";
+        x.gate = L.expert_slice(in, c.n_expert, e, 2 * ff, c.n_embd, 0, ff);
+        x.up = L.expert_slice(in, c.n_expert, e, 2 * ff, c.n_embd, ff, ff);
+        x.down = L.expert_slice(moe + "output_linear.weight", c.n_expert, e, c.n_embd, ff);
+      }
       continue;
     }
     const bool mixtral = c.arch == Arch::Mixtral;

@@ -4,7 +4,11 @@ out in GGUF, with the reference `gguf` package (not wick's converter): its key n
 multipliers (GGUFWriter.add_embedding_scale, add_residual_scale, add_attention_scale,
 add_logit_scale), llama-family tensor names, q/k rows interleaved per head (each head's two
 RoPE halves alternate, llama.cpp's permute), no output.weight (tied). f32, so wick must give
-the safetensors' logits bit for bit.
+the safetensors' logits bit for bit. The same for the GraniteMoe fixture beside it
+(OUT/granitemoe-f32.gguf), as llama.cpp's converter splits its experts: general.architecture
+"granitemoe", each layer's stacked input_linear [experts, 2 ff, hidden] cut into
+ffn_gate_exps (its first ff rows) and ffn_up_exps, output_linear as ffn_down_exps, the router
+as ffn_gate_inp.
 
 Also OUT/refact-tokenizer.gguf: the default model's tokenizer with tokenizer.ggml.pre "refact"
 (what Granite's GGUF files name their pre-tokenizer), tokens only.
@@ -34,7 +38,8 @@ def write_granite_gguf(fixture: str, path: str, tokenizer_from: str | None = Non
     cfg = json.load(open(os.path.join(fixture, "config.json")))
     t = load_file(os.path.join(fixture, "model.safetensors"))
     n_head, n_head_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    w = gguf.GGUFWriter(path, arch="granite")
+    moe = cfg["model_type"] == "granitemoe"
+    w = gguf.GGUFWriter(path, arch=cfg["model_type"])
     if tokenizer_from:
         n_vocab = copy_tokenizer(gguf.GGUFReader(tokenizer_from), w)
         emb = t["model.embed_tokens.weight"]
@@ -58,6 +63,9 @@ def write_granite_gguf(fixture: str, path: str, tokenizer_from: str | None = Non
     w.add_residual_scale(cfg["residual_multiplier"])
     w.add_attention_scale(cfg["attention_multiplier"])
     w.add_logit_scale(cfg["logits_scaling"])
+    if moe:
+        w.add_expert_count(cfg["num_local_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_tensor("token_embd.weight", t["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", t["model.norm.weight"])
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
@@ -66,12 +74,21 @@ def write_granite_gguf(fixture: str, path: str, tokenizer_from: str | None = Non
              "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
     for il in range(cfg["num_hidden_layers"]):
         for hf, gg in names.items():
+            if hf.startswith("mlp.") and moe:
+                continue
             a = t[f"model.layers.{il}.{hf}.weight"]
             if gg == "attn_q":
                 a = interleave_heads(a, n_head)
             elif gg == "attn_k":
                 a = interleave_heads(a, n_head_kv)
             w.add_tensor(f"blk.{il}.{gg}.weight", np.ascontiguousarray(a))
+        if moe:
+            p, ff = f"model.layers.{il}.block_sparse_moe.", cfg["intermediate_size"]
+            stacked = t[p + "input_linear.weight"]  # [experts, 2 ff, hidden]: gate rows, up rows
+            w.add_tensor(f"blk.{il}.ffn_gate_inp.weight", t[p + "router.layer.weight"])
+            w.add_tensor(f"blk.{il}.ffn_gate_exps.weight", np.ascontiguousarray(stacked[:, :ff]))
+            w.add_tensor(f"blk.{il}.ffn_up_exps.weight", np.ascontiguousarray(stacked[:, ff:]))
+            w.add_tensor(f"blk.{il}.ffn_down_exps.weight", t[p + "output_linear.weight"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -105,6 +122,8 @@ def write_refact_tokenizer(model: str, out: str) -> None:
 def main(fixture: str, model: str, out: str) -> None:
     os.makedirs(out, exist_ok=True)
     write_granite_gguf(fixture, os.path.join(out, "granite-f32.gguf"))
+    write_granite_gguf(os.path.join(os.path.dirname(os.path.abspath(fixture)), "granitemoe"),
+                       os.path.join(out, "granitemoe-f32.gguf"))
     if os.path.exists(model):
         write_refact_tokenizer(model, out)
 
