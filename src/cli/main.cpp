@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
       "  WICK_MATMUL              CPU products: exact (f32 activations for every type) or fast\n"
       "                           (int8 for every quantized type); default: bf16 activations\n"
       "                           for bf16 weights, int8 for most quantized types\n"
+      "  WICK_CPU_PREFETCH        1: CPU products prefetch the weights in software (default:\n"
+      "                           off, the hardware's prefetch alone)\n"
       "  WICK_LOG                 log level: trace, debug, info, warn, error, off (default: info)\n"
       "  WICK_PREFILL_CHUNK_SIZE  prompt tokens per prefill step; 0 = one pass (default: 512)\n"
       "  WICK_MAX_LOADED_MODELS   models kept loaded at once (default: 2)\n"

@@ -42,6 +42,12 @@ const SimdKernels* simd_for(const char* isa) {
   return nullptr;
 }
 
+const bool sw_prefetch = [] {
+  const char* e = std::getenv("WICK_CPU_PREFETCH");
+  const std::string v = e ? e : "";
+  return v == "1" || v == "true" || v == "on";
+}();
+
 const SimdKernels& simd() {
   static const SimdKernels* chosen = [] {
     if (const char* want = std::getenv("WICK_ISA"); want && *want) {

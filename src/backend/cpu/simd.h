@@ -57,6 +57,10 @@ struct SimdKernels {
 
 // The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16 overrides.
 const SimdKernels& simd();
+// WICK_CPU_PREFETCH=1: the products prefetch the weights they stream from memory in software
+// (off by default: on the machines measured last the hardware's prefetch alone read them
+// 5-30 % faster in decode, docs/perf.md). Read once.
+extern const bool sw_prefetch;
 const SimdKernels* simd_for(const char* isa);  // nullptr when not compiled in or unsupported here
 
 }  // namespace wick::cpu
