@@ -101,6 +101,8 @@ def main(shape, tname, n_layer, out):
         w.add_attention_scale(att)
         w.add_logit_scale(logit)
     toks, types = [f"[PAD{i}]" for i in range(V)], [gguf.TokenType.UNUSED] * V
+    if tokdir != "smollm2":
+        tok = json.load(open(os.path.join(TOKENIZERS, tokdir, "tokenizer.json"), encoding="utf-8"))
     if tokdir == "smollm2":  # the default model's tokens and merges
         path = subprocess.run([os.path.join(HERE, "fetch_model")], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -114,7 +116,6 @@ def main(shape, tname, n_layer, out):
         w.add_token_types(types)
         w.add_token_merges(r.fields["tokenizer.ggml.merges"].contents())
     elif tokdir == "qwen3":
-        tok = json.load(open(os.path.join(TOKENIZERS, tokdir, "tokenizer.json"), encoding="utf-8"))
         for t, i in tok["model"]["vocab"].items():
             toks[i], types[i] = t, gguf.TokenType.NORMAL
         for t in tok["added_tokens"]:
@@ -125,7 +126,6 @@ def main(shape, tname, n_layer, out):
         w.add_token_types(types)
         w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]])
     else:  # Llama 2's SentencePiece vocabulary
-        tok = json.load(open(os.path.join(TOKENIZERS, tokdir, "tokenizer.json"), encoding="utf-8"))
         for t, i in tok["model"]["vocab"].items():
             toks[i], types[i] = t, gguf.TokenType.NORMAL
         for t in tok["added_tokens"]:
