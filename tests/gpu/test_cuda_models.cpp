@@ -159,14 +159,10 @@ TEST_P(TinyOnGpu, PrefillLogitsEqualTokenByToken) {
   EXPECT_EQ(n_diff, 0u) << GetParam() << ": logits differing between prefill and decode";
 }
 
-// The span cache on the GPU (f16 keys stored before RoPE, rotated as
-// attention reads them): with every span token computed again a span request
-// is full prefill; a second request finds the spans cached in another order
-// and answers as a fresh engine does, bit for bit.
-TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
-  WICK_REQUIRE_GPU();
-  WICK_REQUIRE_SHARED();
-  auto m = load_model_and_tokenizer(tiny_dir(GetParam()), {}, cuda_opts(false));
+// SpanCacheEqualsFullPrefillAndAFreshEngine for one precision.
+void expect_span_cache_equals_full_prefill(const std::string& arch, bool f32) {
+  auto m = load_model_and_tokenizer(tiny_dir(arch), {}, cuda_opts(f32));
+  const std::string dtype = f32 ? "gpu-f32" : "bf16";
   std::mt19937 rng(7);
   auto random = [&](int n) { return random_tokens(rng, n, 256); };
   auto request = [](const std::vector<int32_t>& prefix,
@@ -206,10 +202,12 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
     plain.spans.clear();
     Engine e(m, cfg), ref(m, cfg);
     const auto got = run_one(e, r), want = run_one(ref, plain);
-    const std::string what = GetParam() + ", prefix " + std::to_string(l.prefix) + ", " +
+    const std::string what = arch + " " + dtype + ", prefix " + std::to_string(l.prefix) + ", " +
                              (l.blend > 0 ? "blend 1" : "recompute all");
+    const double err = rel_err(got.first_logits, want.first_logits);
+    std::printf("[ report ] span cache %s: relative error %.2e\n", what.c_str(), err);
     EXPECT_EQ(got.tokens, want.tokens) << what;
-    EXPECT_LT(rel_err(got.first_logits, want.first_logits), 1e-3) << what;
+    EXPECT_LT(err, f32 ? 1e-4 : 2e-2) << what;
     EXPECT_EQ(got.n_span_misses, int32_t(docs.size())) << what;
     if (l.blend > 0) {  // every document token chosen
       EXPECT_EQ(got.n_span_recomputed, int32_t(r.prompt.size()) - l.prefix - 7) << what;
@@ -223,13 +221,40 @@ TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
     run_one(e, request(prefix, {A, B, C}, random(6), -1));
     const auto req2 = request(prefix, {C, A, B}, random(6), -1);
     const auto r2 = run_one(e, req2);
-    EXPECT_EQ(r2.n_span_hits, 3) << GetParam();
+    EXPECT_EQ(r2.n_span_hits, 3) << arch;
     Engine fresh(m, cfg);
     const auto f2 = run_one(fresh, req2);
-    EXPECT_EQ(r2.tokens, f2.tokens) << GetParam();
-    EXPECT_EQ(r2.first_logits, f2.first_logits) << GetParam();
+    EXPECT_EQ(r2.tokens, f2.tokens) << arch;
+    EXPECT_EQ(r2.first_logits, f2.first_logits) << arch;
     EXPECT_EQ(e.blocks().n_used(), 0);
   }
+}
+
+// An engine on the GPU takes 2,048 tokens a step unless told otherwise
+// (the CPU's 512: Engine.StepTokensDefaultToTheBackends).
+TEST(TinyOnGpuEngine, StepTokensDefaultToTheGpus) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("llama"), {}, cuda_opts(false));
+  EngineConfig cfg;
+  cfg.n_blocks = 8;
+  EXPECT_EQ(Engine(m, cfg).config().max_batch_tokens, 2048);
+  cfg.max_batch_tokens = 100;
+  EXPECT_EQ(Engine(m, cfg).config().max_batch_tokens, 100);
+}
+
+// The span cache on the GPU (keys stored before RoPE, rotated as attention
+// reads them): with every span token computed again a span request is full
+// prefill; a second request finds the spans cached in another order and
+// answers as a fresh engine does, bit for bit. --gpu-f32 checks the layouts
+// tightly; bf16 (f16 K/V) within its rounding: a layout with holes cuts the
+// keys into other 64-key chunks, so attention's running max and the f16
+// rounding of its probabilities differ, which bf16 activations carry on
+// (2e-3 to 6e-3 measured on an H200, the tokens equal).
+TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
+  WICK_REQUIRE_GPU();
+  WICK_REQUIRE_SHARED();
+  for (bool f32 : {true, false}) expect_span_cache_equals_full_prefill(GetParam(), f32);
 }
 
 // Prompt logprobs on the GPU (rows copied from the device before sampling
