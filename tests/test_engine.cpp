@@ -114,6 +114,20 @@ TEST(Engine, TinyBudgetPreemptsEvictsAndReturnsEveryBlock) {
               (unsigned long long)e.n_preemptions(), (unsigned long long)e.n_steps());
 }
 
+// A config that leaves the step's tokens open (0) gets its backend's
+// default: 512 on the CPU (a GPU's 2,048: TinyOnGpuEngine.StepTokensDefaultToTheGpus).
+TEST(Engine, StepTokensDefaultToTheBackends) {
+  WICK_REQUIRE_SHARED();
+  auto m = load_model_and_tokenizer(tiny_dir("llama"));
+  EngineConfig cfg;
+  cfg.n_blocks = 8;
+  EXPECT_EQ(cfg.max_batch_tokens, 0);
+  EXPECT_EQ(Engine(m, cfg).config().max_batch_tokens, 512);
+  EXPECT_EQ(step_tokens(cfg, m->backend()), 512);
+  cfg.max_batch_tokens = 100;
+  EXPECT_EQ(Engine(m, cfg).config().max_batch_tokens, 100);
+}
+
 TEST(Engine, CancelFreesBlocksAtOnce) {
   WICK_REQUIRE_SHARED();
   auto m = load_model_and_tokenizer(tiny_dir("mixtral"));

@@ -133,6 +133,9 @@ class Backend {
   // Bytes the KV cache may take (the device's budget left after the weights),
   // or 0 when the backend sets no limit of its own (the CPU).
   virtual size_t kv_budget() const { return 0; }
+  // The engine's tokens a step where the config leaves it open (0): a GPU's
+  // prefill wants longer steps than a CPU's (docs/perf.md, 2026-11-27).
+  virtual int32_t default_step_tokens() const { return 512; }
 
   // Weights, once at load. A matrix keeps its stored type (a backend may
   // repack it); a vector (norms, biases) becomes f32. The returned weights'

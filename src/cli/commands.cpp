@@ -238,7 +238,7 @@ json run_parallel(const std::shared_ptr<const LoadedModel>& m, std::mt19937& rng
           {"sequences", n_seq},
           {"n_prompt", n_prompt},
           {"n_gen", n_gen},
-          {"max_batch_tokens", cfg.max_batch_tokens},
+          {"max_batch_tokens", e.config().max_batch_tokens},
           {"seconds", t},
           {"generated_tok_s", double(n_seq) * n_gen / t},
           {"generation_phase_tok_s", t_gen > 0 ? double(n_seq) * (n_gen - 1) / t_gen : 0},

@@ -427,7 +427,7 @@ void register_serve(CLI::App& app) {
                   "longest sequence, prompt and output (default 4096, at most the model's)")
       ->check(CLI::Range(16, 1 << 24));
   cmd->add_option("--max-batch-tokens", cfg.engine.max_batch_tokens,
-                  "tokens per engine step (default 512)")
+                  "tokens per engine step (default 512 on the CPU, 2048 on a GPU)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-seqs", cfg.engine.max_seqs, "sequences computed at once (default 64)")
       ->check(CLI::Range(1, 4096));

@@ -34,9 +34,11 @@ int32_t blocks_for(const LoadedModel& m, const EngineConfig& cfg) {
   return int32_t(std::min<size_t>(std::max<size_t>(1, bytes / per_block), 1 << 24));
 }
 
-// The config with n_ctx at most the model's training context.
+// The config with n_ctx at most the model's training context and the step's
+// tokens resolved.
 EngineConfig clamped(EngineConfig cfg, const LoadedModel& m) {
   cfg.n_ctx = std::min<int32_t>(cfg.n_ctx, int32_t(m.config().n_ctx_train));
+  cfg.max_batch_tokens = step_tokens(cfg, m.backend());
   return cfg;
 }
 
@@ -90,6 +92,10 @@ void lay_out_spans(const GenerateRequest& req, int32_t bs, Sequence& s) {
 }
 
 }  // namespace
+
+int32_t step_tokens(const EngineConfig& cfg, const Backend& be) {
+  return cfg.max_batch_tokens > 0 ? cfg.max_batch_tokens : be.default_step_tokens();
+}
 
 EngineConfig EngineConfig::from_env() {
   EngineConfig c;

@@ -31,10 +31,12 @@ struct EngineConfig {
   int32_t block_size = 16;
   size_t kv_bytes = 0;   // KV memory budget; 0: 512 MiB on the CPU, the GPU's free budget on a GPU
   int32_t n_blocks = 0;  // if > 0, overrides kv_bytes
-  int32_t max_batch_tokens = 512;  // tokens per step (decodes + prefill chunks)
-  int32_t max_seqs = 64;           // running sequences at once
-  int32_t n_ctx = 4096;            // longest sequence (prompt + generated)
-  bool prefix_cache = true;        // WICK_PREFIX_CACHE=0 turns it off
+  // tokens per step (decodes + prefill chunks); 0: the backend's default
+  // (512 on the CPU, 2,048 on a GPU: step_tokens below)
+  int32_t max_batch_tokens = 0;
+  int32_t max_seqs = 64;     // running sequences at once
+  int32_t n_ctx = 4096;      // longest sequence (prompt + generated)
+  bool prefix_cache = true;  // WICK_PREFIX_CACHE=0 turns it off
   // Activation buffers sized for max_batch_tokens up front (a server: no
   // allocation under load); false grows them as steps need (a session).
   bool reserve_scratch = true;
@@ -60,6 +62,10 @@ struct EngineConfig {
   bool kv_events = false;
   static EngineConfig from_env();  // defaults with WICK_PREFIX_CACHE applied
 };
+
+// The tokens a step an engine of this config runs on this backend:
+// cfg.max_batch_tokens, or when 0 the backend's default.
+int32_t step_tokens(const EngineConfig& cfg, const Backend& be);
 
 // How embeddings pool a sequence's final hidden states (after the final norm).
 enum class Pooling { Mean, Last };

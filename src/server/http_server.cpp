@@ -456,10 +456,11 @@ void register_worker(httplib::Server& svr, Api& api) {
   svr.Get("/get_load",
           [load](const httplib::Request&, httplib::Response& res) { send_json(res, 200, load()); });
   svr.Get("/get_server_info", [&api, load](const httplib::Request&, httplib::Response& res) {
+    auto m = find_model(api.cfg.default_model, api.cfg.default_model, false);
     send_json(res, 200,
               {{"model_path", api.cfg.default_model},
                {"served_model_name", api.cfg.default_model},
-               {"max_batch_tokens", api.cfg.engine.max_batch_tokens},
+               {"max_batch_tokens", step_tokens(api.cfg.engine, m->backend())},
                {"max_running_requests", api.cfg.engine.max_seqs},
                {"max_queue", api.cfg.max_queue},
                {"span_cache", api.cfg.engine.span_cache},
