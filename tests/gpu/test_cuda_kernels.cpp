@@ -153,8 +153,11 @@ TEST(CudaMatmul, SliceCountsKeepValuesAndBits) {
   for (int kw : {8, 24, 32}) {
     KwMax scope(kw);
     for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K})
-      for (int64_t n_in : {int64_t(2304), int64_t(4864)})
+      for (int64_t n_in : {int64_t(2304), int64_t(4864), int64_t(16384)})
         for (int64_t n_out : {int64_t(37), int64_t(896)}) {
+          // past 16 slices only where every warp has 4 chunks (kw_for):
+          // k = 16,384 takes them in every format (one narrow weight)
+          if (n_in == 16384 && (kw < 24 || n_out > 37)) continue;
           SCOPED_TRACE(std::string(dtype_name(t)) + " kw max " + std::to_string(kw) + " n_in " +
                        std::to_string(n_in) + " n_out " + std::to_string(n_out));
           auto wb = random_weight(t, n_out, n_in, rng), ub = random_weight(t, n_out, n_in, rng);
@@ -738,8 +741,9 @@ TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
   WICK_REQUIRE_GPU();
   std::mt19937 rng(9);
   const int64_t n_head = 4, n_head_kv = 2, bs = 16;
-  // rows of 256 at the default slices, and of 2,048 at 32 (WICK_CUDA_KW_MAX)
-  for (auto [D, kw] : {std::pair<int64_t, int>{256, 16}, {2048, 32}})
+  // rows of 256 at 16 slices, and of 4,096 at 32 (WICK_CUDA_KW_MAX; bf16's
+  // 128 chunks take them, Q8_0's and Q4_K's 64 and 32 stay at 16)
+  for (auto [D, kw] : {std::pair<int64_t, int>{256, 16}, {4096, 32}})
     for (bool f32_cache : {false, true}) {
       KwMax scope(kw);
       auto be = cuda_backend(f32_cache);
@@ -889,7 +893,7 @@ TEST(CudaKv, DeviationMatchesCpu) {
 
 // Routing and the grouped expert products against the CPU's: 2, 10 and 80
 // (token, expert) pairs, so 16-, 32- and 64-row tiles; and gate/up over
-// k = 2,048 in 32 slices, where the 80 pairs take 32-row tiles (64-row
+// k = 4,096 in 32 slices, where the 80 pairs take 32-row tiles (64-row
 // tiles of 32 slices would need 256 KiB of shared memory).
 TEST(CudaMoe, RouteAndExpertsMatchCpu) {
   WICK_REQUIRE_GPU();
@@ -902,7 +906,7 @@ TEST(CudaMoe, RouteAndExpertsMatchCpu) {
   std::vector<Case> cases;
   for (bool f32 : {false, true})
     for (int64_t n_tok : {1, 5, 40}) cases.push_back({f32, n_tok, 256, 16});
-  for (int64_t n_tok : {5, 40}) cases.push_back({false, n_tok, 2048, 32});
+  for (int64_t n_tok : {5, 40}) cases.push_back({false, n_tok, 4096, 32});
   for (const Case& c : cases) {
     KwMax scope(c.kw_max);
     const bool f32 = c.f32;

@@ -59,7 +59,7 @@ struct AddNorm {
 bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddNorm& a,
                         cudaStream_t st);
 // The most slices of k a weight of <= 2,048 rows takes (WICK_CUDA_KW_MAX, default
-// 16; 4 to 32): sets every later product's reduction order (tests set it).
+// 32; 4 to 32): sets every later product's reduction order (tests set it).
 void set_kw_max(int kw);
 int kw_max();
 // Whether matmul_add_rmsnorm fuses (WICK_CUDA_FUSE_NORM, default off; tests set it).
