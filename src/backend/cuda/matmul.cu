@@ -346,9 +346,9 @@ std::atomic<int> g_kw_max{0};
 // decode step has enough warps in flight to stream them at full bandwidth.
 // More than 16 (CTAs of up to 1,024 threads, one an SM by registers) only
 // where each warp still walks 4 chunks and the CTAs of 8 rows fit one wave
-// on 132 SMs: Qwen2.5-0.5B's down decodes 7 % faster at 32, Llama-3.2-1B's
-// 2,048-row products 5 % slower (H100, docs/perf.md 2026-11-27). q, k and v
-// share k, so they keep one count and one launch.
+// on 132 SMs: Qwen2.5-0.5B (down at 32) decodes 7 % faster on an H200,
+// Llama-3.2-1B (2,048-row products at 32) 5 % slower on an H100 (docs/perf.md,
+// 2026-11-27). q, k and v share k, so they keep one count and one launch.
 int kw_for(const GpuWeight& w) {
   const int n_chunks = w.k_pad / k_chunk(w.fmt);
   if (w.n_out > 2048) return n_chunks >= 64 ? 8 : 4;
