@@ -25,6 +25,10 @@ const std::map<std::string, Shape>& shapes() {
       {"qwen3-0.6b", {Arch::Qwen3, 151936, 1024, 3072, 28, 16, 8, 128, 1e6f, 1e-6f, false, true}},
       {"llama3.2-1b", {Arch::Llama, 128256, 2048, 8192, 16, 32, 8, 64, 5e5f, 1e-5f, false, false}},
       {"granite3-2b", {Arch::Granite, 49155, 2048, 8192, 40, 32, 8, 64, 5e6f, 1e-5f, false, false}},
+      // the sizes where a GPU's large projections are large (8B: 16 GB in bf16)
+      {"llama3.2-3b", {Arch::Llama, 128256, 3072, 8192, 28, 24, 8, 128, 5e5f, 1e-5f, false, false}},
+      {"llama3.1-8b",
+       {Arch::Llama, 128256, 4096, 14336, 32, 32, 8, 128, 5e5f, 1e-5f, false, false}},
   };
   return s;
 }
@@ -36,9 +40,11 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+}  // namespace
+
 // Random rows of `t`: small floats (|x| < 0.04), or random quants with
 // scales of a trained model's size. Rows are filled in parallel.
-void fill(DType t, int64_t n_out, int64_t n_in, uint8_t* dst, uint64_t seed) {
+void fill_random_weight(DType t, int64_t n_out, int64_t n_in, uint8_t* dst, uint64_t seed) {
   const size_t rb = row_bytes(t, n_in);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n_out; ++r) {
@@ -82,8 +88,6 @@ void fill(DType t, int64_t n_out, int64_t n_in, uint8_t* dst, uint64_t seed) {
     }
   }
 }
-
-}  // namespace
 
 bool is_shaped_name(const std::string& path) {
   return path.rfind("shaped:", 0) == 0;
@@ -130,7 +134,7 @@ std::unique_ptr<Model> make_shaped_model(const std::string& name) {
     if (n_in % traits(*t).block_size)
       throw_model("{}: rows of {} do not split into {} blocks", name, n_in, tname);
     auto& buf = m->owned.emplace_back(size_t(n_out) * row_bytes(*t, n_in));
-    fill(*t, n_out, n_in, buf.data(), ++seed);
+    fill_random_weight(*t, n_out, n_in, buf.data(), ++seed);
     m->n_params += n_out * n_in;
     m->n_params_by_dtype[tname] += n_out * n_in;
     return Weight{*t, n_out, n_in, buf.data()};
@@ -138,7 +142,7 @@ std::unique_ptr<Model> make_shaped_model(const std::string& name) {
   auto vec = [&](int64_t n, bool ones) {
     auto& buf = m->owned.emplace_back(size_t(n) * 4);
     auto* f = reinterpret_cast<float*>(buf.data());
-    fill(DType::F32, 1, n, buf.data(), ++seed);
+    fill_random_weight(DType::F32, 1, n, buf.data(), ++seed);
     if (ones)
       for (int64_t i = 0; i < n; ++i) f[i] = 1.f;
     m->n_params += n;

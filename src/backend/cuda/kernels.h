@@ -62,6 +62,9 @@ bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddN
 // 32; 4 to 32): sets every later product's reduction order (tests set it).
 void set_kw_max(int kw);
 int kw_max();
+// Every weight's slice count, whatever its shape (4 to 32; 0, the default:
+// kw_for's rule): for benchmarks that search the rule's table.
+void set_kw_force(int kw);
 // Whether matmul_add_rmsnorm fuses (WICK_CUDA_FUSE_NORM, default off; tests set it).
 void set_fuse_norm(bool on);
 bool fuse_norm();

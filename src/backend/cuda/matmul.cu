@@ -340,6 +340,7 @@ bool env_flag(const char* name, bool fallback) {
 // The most slices a weight of few rows takes (WICK_CUDA_KW_MAX; tests set
 // it). 0: the environment not read yet.
 std::atomic<int> g_kw_max{0};
+std::atomic<int> g_kw_force{0};  // set_kw_force: every weight's count (0: kw_for's rule)
 
 // Slices of k per output element: a function of the weight's shape alone.
 // Matrices with few rows (q, k, v, o, down) take more slices, so that a
@@ -348,12 +349,30 @@ std::atomic<int> g_kw_max{0};
 // where each warp still walks 4 chunks and the CTAs of 8 rows fit one wave
 // on 132 SMs: Qwen2.5-0.5B (down at 32) decodes 7 % faster on an H200,
 // Llama-3.2-1B (2,048-row products at 32) 5 % slower on an H100 (docs/perf.md,
-// 2026-11-27). q, k and v share k, so they keep one count and one launch.
+// 2026-11-27). Products launched together share the count (kw_for_launch).
 int kw_for(const GpuWeight& w) {
+  if (const int forced = g_kw_force.load()) return forced;
   const int n_chunks = w.k_pad / k_chunk(w.fmt);
   if (w.n_out > 2048) return n_chunks >= 64 ? 8 : 4;
   const int most = n_chunks >= 128 && w.n_out <= 1024 ? kw_max() : std::min(kw_max(), 16);
   return std::min(most, std::max(4, n_chunks / 2));
+}
+
+// Products of x that can share one launch: the same layout of k.
+bool same_layout(const GpuWeight& a, const GpuWeight& b) {
+  return a.fmt == b.fmt && a.k_pad == b.k_pad && a.group == b.group;
+}
+
+// The slice count of products launched together (q, k and v): the tallest
+// one's, for all. Per weight, q of 3,072+ rows (3B models and up) takes 8
+// and its k and v 16 or 32, which split the launch and left the fused RoPE
+// epilogue unused. q, k and v always go together (matmul() and the fused
+// launch group them alike), so each keeps one reduction order in every path.
+int kw_for_launch(const MatmulJob* jobs, int n_jobs) {
+  const GpuWeight* tallest = jobs[0].w;
+  for (int j = 1; j < n_jobs; ++j)
+    if (jobs[j].w->n_out > tallest->n_out) tallest = jobs[j].w;
+  return kw_for(*tallest);
 }
 
 // Shared memory of a CTA: a tile of sums per slice (and per accumulator),
@@ -513,11 +532,6 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
   }
 }
 
-// Products of x that share one launch: the same layout and reduction.
-bool same_launch(const GpuWeight& a, const GpuWeight& b) {
-  return a.fmt == b.fmt && a.k_pad == b.k_pad && a.group == b.group && kw_for(a) == kw_for(b);
-}
-
 // A launch's parameters for products of x [M, w.n_in] shaped as w (jobs unset).
 Params params_for(const GpuWeight& w, const float* x, int M) {
   Params p{};
@@ -568,10 +582,11 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
     }
     Params p = params_for(w0, x, M);
     const int first = start;
-    while (start < n_jobs && p.n_jobs < kMaxJobs && same_launch(*jobs[start].w, w0)) {
+    while (start < n_jobs && p.n_jobs < kMaxJobs && same_layout(*jobs[start].w, w0)) {
       p.jobs[p.n_jobs++] = Job{*jobs[start].w, jobs[start].y, jobs[start].bias, 0};
       ++start;
     }
+    p.kw = kw_for_launch(jobs + first, p.n_jobs);
     TiledProblem t{jobs + first, p.n_jobs};
     t.x = x;
     t.M = M;
@@ -591,12 +606,13 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
       wv.n_out != wk.n_out)
     return false;
   Params p = params_for(wq, x, M);
+  p.kw = kw_for_launch(jobs, 3);  // as matmul() gives the three
   p.n_jobs = 3;
   p.rope = r;
   int n_tiles = 0;
   for (int j = 0; j < 3; ++j) {
     const GpuWeight& w = *jobs[j].w;
-    if (!same_launch(w, wq)) return false;
+    if (!same_layout(w, wq)) return false;
     p.jobs[j] = Job{w, jobs[j].y, jobs[j].bias, n_tiles};
     n_tiles += ceil_div(w.n_out, 8);
   }
@@ -617,6 +633,11 @@ int kw_max() {
 void set_kw_max(int kw) {
   if (kw < 4 || kw > 32) throw std::invalid_argument("set_kw_max: 4 to 32");
   g_kw_max = kw;
+}
+
+void set_kw_force(int kw) {
+  if (kw != 0 && (kw < 4 || kw > 32)) throw std::invalid_argument("set_kw_force: 0, or 4 to 32");
+  g_kw_force = kw;
 }
 
 void set_fuse_norm(bool on) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""scripts/gpu_kernels_table.py KERNELS.json: wick_gpu_bench's JSON as one
+markdown table, a row per model, weight type and product:
+
+  MB        one copy of the product's weights on the device (scales included)
+  rule      kw_for's slice count at one row, back to back: us a product and
+            its share of 3.0 TB/s
+  kw4..32   the share at each forced slice count (the best one starred)
+  +norm     the share at the rule when each product follows a one-row rmsnorm
+            (a decode step's order; the norm's time counted)
+  M16       the share at 16 rows (a batched decode step)
+  M512      TFLOP/s at 512 rows (prefill)
+"""
+import json
+import re
+import sys
+from collections import defaultdict
+
+NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/(b2b|norm)")
+
+
+def load(path):
+    """The JSON, or what a run cut short (a timeout) had written: its
+    benchmark entries are flat objects, so closing the list after the last
+    whole one recovers them."""
+    text = open(path).read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    end = len(text)
+    while (end := text.rfind("}", 0, end)) > 0:
+        try:
+            data = json.loads(text[: end + 1] + "]}")
+            print(f"note: {path} was cut short; {len(data.get('benchmarks', []))} rows kept")
+            return data
+        except json.JSONDecodeError:
+            continue
+    return {}
+
+
+def main(path):
+    data = load(path)
+    rows = defaultdict(dict)
+    order = []
+    for b in data.get("benchmarks", []):
+        m = NAME.match(b.get("name", ""))
+        if not m or b.get("error_occurred"):
+            if m:
+                print(f"error: {b['name']}: {b.get('error_message', '?')}")
+            continue
+        model, dtype, proj, M, kw, chain = m.groups()
+        key = (model, dtype, proj)
+        if key not in rows:
+            order.append(key)
+        rows[key][(int(M), int(kw), chain)] = b
+    kws = [4, 8, 16, 32]
+    print("| model | type | product | MB | rule: us, share | "
+          + " | ".join(f"kw{k}" for k in kws) + " | +norm | M16 | M512 TFLOP/s |")
+    print("|---|---|---|---|---|" + "---|" * len(kws) + "---|---|---|")
+    def share(b):
+        return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
+    for key in order:
+        r = rows[key]
+        rule = r.get((1, 0, "b2b"))
+        forced = {k: r.get((1, k, "b2b")) for k in kws}
+        best = max((k for k in kws if forced[k]), key=lambda k: forced[k]["of_3TB/s"], default=None)
+        cells = [f"{share(forced[k])}{'*' if k == best else ''}" for k in kws]
+        mb = f"{(rule or next(iter(r.values())))['MB']:.1f}"
+        rule_cell = f"{rule['us']:.1f}, {share(rule)}" if rule else "-"
+        m512 = r.get((512, 0, "b2b"))
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {mb} | {rule_cell} | " + " | ".join(cells)
+              + f" | {share(r.get((1, 0, 'norm')))} | {share(r.get((16, 0, 'b2b')))} | "
+              + (f"{m512['TFLOP/s']:.0f}" if m512 else "-") + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
