@@ -7,9 +7,10 @@
 // graph over enough copies of the layer's weights (>= 256 MB, five times the
 // L2) that every launch reads its weights from DRAM, as a decode step does.
 // Times come from CUDA events around the graph. Names:
-//   mm/MODEL/TYPE/PROJ/M<rows>/kw<slices>/<chain>
+//   mm/MODEL/TYPE/PROJ/M<rows>/kw<slices>/t<tiles>/<chain>
 // kw0 is kw_for's rule; kw4..kw32 force the slice count (the rule's table is
-// chosen from these rows). chain "b2b": products back to back (each may start
+// chosen from these rows); t0 is the rule's 8-row tiles a warp, t1, t2, t4
+// force them (decode only). chain "b2b": products back to back (each may start
 // while the one before drains, as launch_early allows); "norm": each after a
 // one-row rmsnorm of its input, as in a decode step. Counters: us a product,
 // GB/s of weight bytes, share of 3.0 TB/s, and TFLOP/s.
@@ -168,13 +169,17 @@ struct Stream {
   } while (0)
 
 void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::string proj, int M,
-                int kw, bool norm_first) {
+                int kw, int tiles, bool norm_first) {
   Backend& be = backend();
   const Layer& L = layer(m, t, proj);
   static Stream s;
   cuda::set_kw_force(kw);
+  cuda::set_decode_tiles(tiles);
   struct Reset {
-    ~Reset() { cuda::set_kw_force(0); }
+    ~Reset() {
+      cuda::set_kw_force(0);
+      cuda::set_decode_tiles(0);
+    }
   } reset;
   // x, a norm's weights, the outputs, and the prefill kernel's scratch
   const int64_t n_in = L.n_in;
@@ -253,15 +258,18 @@ void register_all() {
         if (!fits) continue;
         const std::string base = std::string("mm/") + m.name + "/" + dtype_name(t) + "/" + proj;
         struct Run {
-          int M, kw;
+          int M, kw, tiles;
           bool norm;
         };
-        for (Run r : {Run{1, 0, false}, Run{1, 4, false}, Run{1, 8, false}, Run{1, 16, false},
-                      Run{1, 32, false}, Run{1, 0, true}, Run{16, 0, false}, Run{512, 0, false}}) {
+        for (Run r :
+             {Run{1, 0, 0, false}, Run{1, 4, 0, false}, Run{1, 8, 0, false}, Run{1, 16, 0, false},
+              Run{1, 32, 0, false}, Run{1, 0, 1, false}, Run{1, 0, 2, false}, Run{1, 0, 4, false},
+              Run{1, 0, 0, true}, Run{16, 0, 0, false}, Run{512, 0, 0, false}}) {
           const std::string name = base + "/M" + std::to_string(r.M) + "/kw" +
-                                   std::to_string(r.kw) + (r.norm ? "/norm" : "/b2b");
+                                   std::to_string(r.kw) + "/t" + std::to_string(r.tiles) +
+                                   (r.norm ? "/norm" : "/b2b");
           benchmark::RegisterBenchmark(name.c_str(), BM_Product, m, t, std::string(proj), r.M, r.kw,
-                                       r.norm)
+                                       r.tiles, r.norm)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(10);  // a graph is >= ~2 ms of thousands of products

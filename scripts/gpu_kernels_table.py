@@ -6,6 +6,8 @@ markdown table, a row per model, weight type and product:
   rule      kw_for's slice count at one row, back to back: us a product and
             its share of 3.0 TB/s
   kw4..32   the share at each forced slice count (the best one starred)
+  t1, t2, t4 the share at 1, 2 or 4 forced 8-row tiles a warp (the rule's count
+            of slices; the best one starred)
   +norm     the share at the rule when each product follows a one-row rmsnorm
             (a decode step's order; the norm's time counted)
   M16       the share at 16 rows (a batched decode step)
@@ -16,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/(b2b|norm)")
+NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm)")
 
 
 def load(path):
@@ -49,28 +51,33 @@ def main(path):
             if m:
                 print(f"error: {b['name']}: {b.get('error_message', '?')}")
             continue
-        model, dtype, proj, M, kw, chain = m.groups()
+        model, dtype, proj, M, kw, tiles, chain = m.groups()
         key = (model, dtype, proj)
         if key not in rows:
             order.append(key)
-        rows[key][(int(M), int(kw), chain)] = b
-    kws = [4, 8, 16, 32]
+        rows[key][(int(M), int(kw), int(tiles), chain)] = b
+    kws, nts = [4, 8, 16, 32], [1, 2, 4]
     print("| model | type | product | MB | rule: us, share | "
-          + " | ".join(f"kw{k}" for k in kws) + " | +norm | M16 | M512 TFLOP/s |")
-    print("|---|---|---|---|---|" + "---|" * len(kws) + "---|---|---|")
+          + " | ".join(f"kw{k}" for k in kws) + " | " + " | ".join(f"t{t}" for t in nts)
+          + " | +norm | M16 | M512 TFLOP/s |")
+    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|")
     def share(b):
         return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
     for key in order:
         r = rows[key]
-        rule = r.get((1, 0, "b2b"))
-        forced = {k: r.get((1, k, "b2b")) for k in kws}
-        best = max((k for k in kws if forced[k]), key=lambda k: forced[k]["of_3TB/s"], default=None)
-        cells = [f"{share(forced[k])}{'*' if k == best else ''}" for k in kws]
+        rule = r.get((1, 0, 0, "b2b"))
+
+        def starred(runs):
+            best = max((k for k in runs if runs[k]), key=lambda k: runs[k]["of_3TB/s"], default=None)
+            return [f"{share(runs[k])}{'*' if k == best else ''}" for k in runs]
+
+        cells = starred({k: r.get((1, k, 0, "b2b")) for k in kws})
+        cells += starred({t: r.get((1, 0, t, "b2b")) for t in nts})
         mb = f"{(rule or next(iter(r.values())))['MB']:.1f}"
         rule_cell = f"{rule['us']:.1f}, {share(rule)}" if rule else "-"
-        m512 = r.get((512, 0, "b2b"))
+        m512 = r.get((512, 0, 0, "b2b"))
         print(f"| {key[0]} | {key[1]} | {key[2]} | {mb} | {rule_cell} | " + " | ".join(cells)
-              + f" | {share(r.get((1, 0, 'norm')))} | {share(r.get((16, 0, 'b2b')))} | "
+              + f" | {share(r.get((1, 0, 0, 'norm')))} | {share(r.get((16, 0, 0, 'b2b')))} | "
               + (f"{m512['TFLOP/s']:.0f}" if m512 else "-") + " |")
 
 

@@ -5,6 +5,11 @@ derives llama.cpp's), batch-1 decode (tg128) and the concurrent sequences'
 generated tok/s, next to llama.cpp's H100 anchors and the issue's targets.
 
     python3 scripts/gpu_table.py OUT/bench.log
+    python3 scripts/gpu_table.py --bandwidth OUT/gpu_report.md
+
+--bandwidth: for each `wick bench` tg row of a shaped model, the decode step's
+share of 3.0 TB/s: every weight byte is read once a token (the head is the
+tied embedding), so bytes = parameters x bytes per parameter of the type.
 """
 import re
 import sys
@@ -45,11 +50,38 @@ def parse(lines):
     return out
 
 
+# bytes per weight of each stored type (blocks of 32 or 256 with their scales)
+BYTES_PER_PARAM = {"bf16": 2.0, "f16": 2.0, "f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+                   "q4_1": 20 / 32, "q4_k": 144 / 256, "q6_k": 210 / 256}
+PEAK_BYTES_PER_S = 3.0e12  # the H100's measured copy (../shared/anchors.md)
+
+
+def bandwidth(path):
+    print("| model | tg | tok/s | GB a token | share of 3.0 TB/s |")
+    print("|---|---|---|---|---|")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) < 8 or not cells[0].startswith("shaped:"):
+                continue
+            test = re.fullmatch(r"tg(\d+)", cells[-2])
+            params = re.fullmatch(r"([\d.]+)M", cells[3])
+            bpp = BYTES_PER_PARAM.get(cells[0].rsplit(":", 1)[-1])
+            if not (test and params and bpp):
+                continue
+            rate = float(cells[-1].split("±")[0])
+            gb = float(params.group(1)) * 1e6 * bpp / 1e9
+            print(f"| {cells[0]} | {cells[-2]} | {rate:,.1f} | {gb:.2f} | "
+                  f"{100 * rate * gb * 1e9 / PEAK_BYTES_PER_S:.0f} % |")
+
+
 def mark(ok):
     return "✓" if ok else "✗"
 
 
 def main():
+    if sys.argv[1] == "--bandwidth":
+        return bandwidth(sys.argv[2])
     with open(sys.argv[1], encoding="utf-8", errors="replace") as f:
         data = parse(f)
     print("| model | dtype | TTFT 512 / 1024 / 4096 ms (wick) | llama.cpp | tg128 tok/s (wick / llama.cpp) "

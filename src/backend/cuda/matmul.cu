@@ -425,6 +425,7 @@ int decode_tall_rows() {
   static const int rows = env_int("WICK_CUDA_TALL_ROWS", 8192);
   return rows;
 }
+std::atomic<int> g_tiles_force{0};  // set_decode_tiles: 8-row tiles a warp (0: the rule)
 
 // Tile shapes by batch rows: decode keeps many CTAs over the weight rows;
 // prefill reuses each loaded weight across more rows. For GROUPED, the
@@ -454,7 +455,8 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
     // (16-bit weights only: for 8- and 4-bit ones the wider tile's decoding
     // costs more than it saves, 580 -> 490 tok/s on Llama-1B Q8_0)
     const bool wide = !GROUPED && (F == Fmt::BF16 || F == Fmt::F16) && n_rows >= decode_tall_rows();
-    const int nt = wide ? decode_tall_nt() : 1;
+    const int forced = GROUPED ? 0 : g_tiles_force.load();
+    const int nt = forced ? forced : wide ? decode_tall_nt() : 1;
     if (nt == 4)
       launch<F, 1, 4, GATED, GROUPED>(p, tiles(4), ty(1), st);
     else if (nt == 2)
@@ -638,6 +640,12 @@ void set_kw_max(int kw) {
 void set_kw_force(int kw) {
   if (kw != 0 && (kw < 4 || kw > 32)) throw std::invalid_argument("set_kw_force: 0, or 4 to 32");
   g_kw_force = kw;
+}
+
+void set_decode_tiles(int nt) {
+  if (nt != 0 && nt != 1 && nt != 2 && nt != 4)
+    throw std::invalid_argument("set_decode_tiles: 0, 1, 2 or 4");
+  g_tiles_force = nt;
 }
 
 void set_fuse_norm(bool on) {
