@@ -98,6 +98,15 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Tall matrices (an output head) take wider decode tiles: the same bits as
 // the 100-row product, and the CPU's values, at the edges of the last tile.
+// Sets the decode kernel's 8-row tiles a warp (16-bit weights) for a scope.
+struct DecodeTiles {
+  explicit DecodeTiles(int nt) { cuda::set_decode_tiles(nt); }
+  ~DecodeTiles() { cuda::set_decode_tiles(0); }
+};
+
+// Decode batches of a tall matrix (8,200 rows: 4 tiles a warp for bf16 by
+// the rule; 1, 2 and 4 forced too), plain and gate/up: the bits of the
+// 100-row product.
 TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);
@@ -123,13 +132,25 @@ TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
       EXPECT_LE(std::fabs(y[size_t(60 * n_out + o)] - ref) / (mag + 1e-30), 8e-3)
           << dtype_name(t) << " col " << o;
     }
-    for (int64_t m : {1, 5, 16}) {
-      Buffer dy1 = be->alloc(size_t(m * n_out) * 4);
-      be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
-      auto y1 = to_host<float>(*be, dy1, size_t(m * n_out));
-      for (int64_t i = 0; i < m * n_out; ++i)
-        ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
-            << dtype_name(t) << ": " << m << " rows differ from 100 rows at " << i;
+    Buffer dg = be->alloc(size_t(n_rows * n_out) * 4), du = be->alloc(size_t(n_rows * n_out) * 4);
+    be->matmul_gate_up(w, w, dx.as<float>(), n_rows, dg.as<float>(), du.as<float>());
+    const auto gated = to_host<float>(*be, dg, size_t(n_rows * n_out));
+    for (int nt : {0, 1, 2, 4}) {
+      DecodeTiles scope(nt);
+      for (int64_t m : {1, 5, 16}) {
+        Buffer dy1 = be->alloc(size_t(m * n_out) * 4), dg1 = be->alloc(size_t(m * n_out) * 4),
+               du1 = be->alloc(size_t(m * n_out) * 4);
+        be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
+        be->matmul_gate_up(w, w, dx.as<float>() + 50 * n_in, m, dg1.as<float>(), du1.as<float>());
+        const auto y1 = to_host<float>(*be, dy1, size_t(m * n_out)),
+                   gated1 = to_host<float>(*be, dg1, size_t(m * n_out));
+        for (int64_t i = 0; i < m * n_out; ++i) {
+          ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
+              << dtype_name(t) << ", " << nt << " tiles: " << m << " rows differ from 100 at " << i;
+          ASSERT_EQ(gated1[size_t(i)], gated[size_t(50 * n_out + i)])
+              << dtype_name(t) << ", " << nt << " tiles: gate/up, " << m << " rows, at " << i;
+        }
+      }
     }
   }
 }
