@@ -281,14 +281,26 @@ def test_ollama_embed_matches_openai(server, model_name):
     assert one == [r.embeddings[1]]
     legacy = client.embeddings(model=model_name, prompt=PARA[0])
     assert list(legacy.embedding) == r.embeddings[0]
-    # truncate (default true) keeps the first tokens; false refuses
-    long = "word " * 5000
-    assert len(client.embed(model=model_name, input=long).embeddings[0]) == 576
-    with pytest.raises(ollama.ResponseError) as e:
-        client.embed(model=model_name, input=long, truncate=False)
-    assert e.value.status_code == 400
     show = client.show(model_name)
     assert show.modelinfo["wick.pooling"] == "mean"
+
+
+def test_ollama_embed_truncates_to_the_context():
+    # truncate (default true) keeps the first n_ctx tokens; false refuses. A small
+    # context, so that the truncated input is 256 tokens, not the default's thousands
+    # (a 4,096-token prefill was 50 s of this suite on two cores).
+    s = Server("--ctx-size", "256")
+    try:
+        client = ollama.Client(host=s.url)
+        long = "word " * 1000
+        kept = client.embed(model=MODEL, input=long)
+        assert len(kept.embeddings[0]) == 576
+        assert kept.prompt_eval_count == 256
+        with pytest.raises(ollama.ResponseError) as e:
+            client.embed(model=MODEL, input=long, truncate=False)
+        assert e.value.status_code == 400
+    finally:
+        s.stop()
 
 
 def test_last_token_pooling_is_selectable():
