@@ -10,10 +10,10 @@
 //   mm/MODEL/TYPE/PROJ/M<rows>/kw<slices>/t<tiles>/<chain>
 // kw0 is kw_for's rule; kw4..kw32 force the slice count (the rule's table is
 // chosen from these rows); t0 is the rule's 8-row tiles a warp, t1, t2, t4
-// force them (decode of 16-bit weights only). chain "b2b": products back to back (each may start
-// while the one before drains, as launch_early allows); "norm": each after a
-// one-row rmsnorm of its input, as in a decode step. Counters: us a product,
-// GB/s of weight bytes, share of 3.0 TB/s, and TFLOP/s.
+// force them (decode of 16-bit weights only). chain "b2b": products back to
+// back (each may start while the one before drains, as launch_early allows);
+// "norm": each after a one-row rmsnorm of its input, as in a decode step.
+// Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
 //
 // Run: build-gpu/bin/wick_gpu_bench [--benchmark_filter=REGEX]; without a
 // GPU it prints why and exits 0.
