@@ -96,17 +96,35 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(dtype_name(info.param.type)) + (info.param.gpu_f32 ? "_gpu_f32" : "");
     });
 
-// Tall matrices (an output head) take wider decode tiles: the same bits as
-// the 100-row product, and the CPU's values, at the edges of the last tile.
 // Sets the decode kernel's 8-row tiles a warp (16-bit weights) for a scope.
 struct DecodeTiles {
   explicit DecodeTiles(int nt) { cuda::set_decode_tiles(nt); }
   ~DecodeTiles() { cuda::set_decode_tiles(0); }
 };
 
-// Decode batches of a tall matrix (8,200 rows: 4 tiles a warp for bf16 by
-// the rule; 1, 2 and 4 forced too), plain and gate/up: the bits of the
-// 100-row product.
+// The decode kernel's bits: w and gate/up (w, u) on 1, 5 and 16 rows of x from
+// row 50 equal rows 50... of the 100-row products y and gated (the tiled kernel).
+void expect_decode_rows_equal_100(Backend& be, const Weight& w, const Weight& u, const Buffer& dx,
+                                  int64_t n_in, int64_t n_out, const std::vector<float>& y,
+                                  const std::vector<float>& gated) {
+  for (int64_t m : {1, 5, 16}) {
+    Buffer d1 = be.alloc(size_t(m * n_out) * 4), g1 = be.alloc(size_t(m * n_out) * 4),
+           u1 = be.alloc(size_t(m * n_out) * 4);
+    be.matmul(w, dx.as<float>() + 50 * n_in, m, d1.as<float>());
+    be.matmul_gate_up(w, u, dx.as<float>() + 50 * n_in, m, g1.as<float>(), u1.as<float>());
+    const auto y1 = to_host<float>(be, d1, size_t(m * n_out)),
+               gated1 = to_host<float>(be, g1, size_t(m * n_out));
+    for (int64_t i = 0; i < m * n_out; ++i) {
+      ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)]) << m << " rows differ from 100 at " << i;
+      ASSERT_EQ(gated1[size_t(i)], gated[size_t(50 * n_out + i)])
+          << "gate/up, " << m << " rows, at " << i;
+    }
+  }
+}
+
+// Tall matrices (an output head) take wider decode tiles (8,200 rows: 4 a warp
+// for bf16 by the rule; 1, 2 and 4 forced too): the CPU's values at the edges
+// of the last tile, and plain and gate/up the bits of the 100-row product.
 TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);
@@ -136,21 +154,9 @@ TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
     be->matmul_gate_up(w, w, dx.as<float>(), n_rows, dg.as<float>(), du.as<float>());
     const auto gated = to_host<float>(*be, dg, size_t(n_rows * n_out));
     for (int nt : {0, 1, 2, 4}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + ", " + std::to_string(nt) + " tiles");
       DecodeTiles scope(nt);
-      for (int64_t m : {1, 5, 16}) {
-        Buffer dy1 = be->alloc(size_t(m * n_out) * 4), dg1 = be->alloc(size_t(m * n_out) * 4),
-               du1 = be->alloc(size_t(m * n_out) * 4);
-        be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
-        be->matmul_gate_up(w, w, dx.as<float>() + 50 * n_in, m, dg1.as<float>(), du1.as<float>());
-        const auto y1 = to_host<float>(*be, dy1, size_t(m * n_out)),
-                   gated1 = to_host<float>(*be, dg1, size_t(m * n_out));
-        for (int64_t i = 0; i < m * n_out; ++i) {
-          ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
-              << dtype_name(t) << ", " << nt << " tiles: " << m << " rows differ from 100 at " << i;
-          ASSERT_EQ(gated1[size_t(i)], gated[size_t(50 * n_out + i)])
-              << dtype_name(t) << ", " << nt << " tiles: gate/up, " << m << " rows, at " << i;
-        }
-      }
+      expect_decode_rows_equal_100(*be, w, w, dx, n_in, n_out, y, gated);
     }
   }
 }
@@ -208,19 +214,7 @@ TEST(CudaMatmul, SliceCountsKeepValuesAndBits) {
                   << "row " << r << " col " << o;
             }
           }
-          for (int64_t m : {1, 5, 16}) {
-            Buffer d1 = be->alloc(size_t(m * n_out) * 4), g1 = be->alloc(size_t(m * n_out) * 4),
-                   u1 = be->alloc(size_t(m * n_out) * 4);
-            be->matmul(w, dx.as<float>() + 50 * n_in, m, d1.as<float>());
-            be->matmul_gate_up(w, u, dx.as<float>() + 50 * n_in, m, g1.as<float>(), u1.as<float>());
-            const auto y1 = to_host<float>(*be, d1, size_t(m * n_out)),
-                       gated1 = to_host<float>(*be, g1, size_t(m * n_out));
-            for (int64_t i = 0; i < m * n_out; ++i) {
-              ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)]) << m << " rows, at " << i;
-              ASSERT_EQ(gated1[size_t(i)], gated[size_t(50 * n_out + i)])
-                  << "gate/up, " << m << " rows, at " << i;
-            }
-          }
+          expect_decode_rows_equal_100(*be, w, u, dx, n_in, n_out, y, gated);
         }
   }
 }
