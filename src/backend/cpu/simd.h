@@ -55,7 +55,8 @@ struct SimdKernels {
   void (*keys_t)(const void* const* rows, DType t, int64_t hd, float* kt);
 };
 
-// The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16 overrides.
+// The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16 overrides. In the ASan
+// tree, that set built without sanitizers (simd.cpp); simd_for() gives the checked one.
 const SimdKernels& simd();
 // WICK_CPU_PREFETCH=1: the products prefetch the weights they stream from memory in software
 // (off by default: on the machines measured last the hardware's prefetch alone read them
