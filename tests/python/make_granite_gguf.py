@@ -23,6 +23,8 @@ import gguf
 import numpy as np
 from safetensors.numpy import load_file
 
+import gguf_meta
+
 
 def interleave_heads(w: np.ndarray, n_head: int) -> np.ndarray:
     rows, cols = w.shape
@@ -41,7 +43,7 @@ def write_granite_gguf(fixture: str, path: str, tokenizer_from: str | None = Non
     moe = cfg["model_type"] == "granitemoe"
     w = gguf.GGUFWriter(path, arch=cfg["model_type"])
     if tokenizer_from:
-        n_vocab = copy_tokenizer(gguf.GGUFReader(tokenizer_from), w)
+        n_vocab = copy_tokenizer(gguf_meta.read(tokenizer_from), w)
         emb = t["model.embed_tokens.weight"]
         grown = np.random.default_rng(7).standard_normal((n_vocab, emb.shape[1])) * 0.08
         grown[: emb.shape[0]] = emb
@@ -95,24 +97,23 @@ def write_granite_gguf(fixture: str, path: str, tokenizer_from: str | None = Non
     w.close()
 
 
-def copy_tokenizer(r: gguf.GGUFReader, w: gguf.GGUFWriter) -> int:
+def copy_tokenizer(r: gguf_meta.Meta, w: gguf.GGUFWriter) -> int:
     """r's BPE tokenizer into w, its pre-tokenizer named "refact"; returns the vocabulary size."""
     for key in ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
                 "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id",
                 "tokenizer.ggml.eos_token_id"):
-        f = r.fields[key]
-        v = f.contents()
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
+        v, t = r.fields[key], r.types[key]
+        if t[0] == gguf.GGUFValueType.ARRAY:
             w.add_array(key, v)
         else:
-            w.add_key_value(key, v, f.types[0])
+            w.add_key_value(key, v, t[0])
     w.add_string("tokenizer.ggml.pre", "refact")
-    return len(r.fields["tokenizer.ggml.tokens"].contents())
+    return len(r.fields["tokenizer.ggml.tokens"])
 
 
 def write_refact_tokenizer(model: str, out: str) -> None:
     w = gguf.GGUFWriter(os.path.join(out, "refact-tokenizer.gguf"), arch="llama")
-    copy_tokenizer(gguf.GGUFReader(model), w)
+    copy_tokenizer(gguf_meta.read(model), w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -59,13 +59,13 @@ def conversations():
 
 
 def main(shared, smollm2, tdir, out):
-    import gguf
+    import gguf_meta
     if not os.path.isdir(f"{shared}/tokenizers"):
         return skip(f"{shared}/tokenizers not found: no chat template expectations")
     if not os.path.exists(smollm2):
         skip(f"default model {smollm2} not found (scripts/fetch_model): no SmolLM2 template cases")
     toks = {n: AutoTokenizer.from_pretrained(f"{shared}/tokenizers/{n}") for n in ("qwen3", "llama3", "llama2")}
-    smol_tmpl = gguf.GGUFReader(smollm2).fields["tokenizer.chat_template"].contents() if os.path.exists(smollm2) else None
+    smol_tmpl = gguf_meta.read(smollm2).fields["tokenizer.chat_template"] if os.path.exists(smollm2) else None
     templates = {
         "qwen3": (toks["qwen3"], None, "qwen3"),
         "llama3": (toks["llama3"], None, "llama3"),

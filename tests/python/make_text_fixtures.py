@@ -23,6 +23,8 @@ import gguf
 import numpy as np
 from tokenizers import Tokenizer
 
+import gguf_meta
+
 
 def corpus():
     rng = random.Random(20261122)
@@ -105,11 +107,8 @@ def skip(msg):
 
 
 def smollm2_tokenizer_json(path):
-    r = gguf.GGUFReader(path)
-    f = r.fields
-    toks = [str(bytes(f["tokenizer.ggml.tokens"].parts[i]), "utf-8") for i in f["tokenizer.ggml.tokens"].data]
-    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
-    merges = [str(bytes(f["tokenizer.ggml.merges"].parts[i]), "utf-8") for i in f["tokenizer.ggml.merges"].data]
+    f = gguf_meta.read(path).fields
+    toks, types, merges = (f[f"tokenizer.ggml.{k}"] for k in ("tokens", "token_type", "merges"))
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, (t, ty) in enumerate(zip(toks, types)) if ty == 3]
     return json.dumps({

@@ -1,7 +1,11 @@
 import os
 import subprocess
+import sys
 
 import pytest
+
+# tests/python's gguf_meta: GGUF fields and tensor types without GGUFReader's per-element views
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
 WICK = os.environ.get("WICK_BIN", "build/bin/wick")
 MODEL = os.environ.get("WICK_TEST_MODEL", os.path.expanduser("~/.cache/wick/models/smollm2.gguf"))

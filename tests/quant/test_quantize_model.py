@@ -10,10 +10,11 @@ import gguf
 import pytest
 from gguf import GGMLQuantizationType as Q
 from conftest import WICK, wick
+import gguf_meta
 
 
 def types_of(path):
-    return {t.name: t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+    return {n: t.tensor_type for n, t in gguf_meta.read(path).tensors.items()}
 
 
 def more_bits(i, n):
@@ -81,10 +82,10 @@ LOW_MIX_KLD = {"q2_k": 0.9, "q3_k_s": 0.9, "q3_k_m": 0.7, "q3_k_l": 0.5, "iq4_nl
 def test_low_bit_mix_on_default_model(tmp_path, model, name):
     out = tmp_path / f"{name}.gguf"
     wick("quantize", model, out, "--type", name)
-    r = gguf.GGUFReader(str(out))
+    r = gguf_meta.read(out)
     ftype = {"q2_k": 10, "q3_k_s": 11, "q3_k_m": 12, "q3_k_l": 13, "iq4_nl": 25, "iq4_xs": 30}
-    assert int(r.fields["general.file_type"].parts[-1][0]) == ftype[name]
-    types = {t.name: t.tensor_type for t in r.tensors}
+    assert r.fields["general.file_type"] == ftype[name]
+    types = {n: t.tensor_type for n, t in r.tensors.items()}
     n_layer = 1 + max(int(k.split(".")[1]) for k in types if k.startswith("blk."))
     assert types["token_embd.weight"] == Q.Q8_0  # tied output: q6_k, falls back to q8_0
     for i in range(n_layer):
@@ -168,7 +169,7 @@ def test_low_bit_mix_rules_on_a_synthetic_model(tmp_path, gqa, n_expert):
     for mix in ("q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "iq4_nl", "iq4_xs"):
         out = tmp_path / f"{mix}.gguf"
         wick("quantize", src, out, "--type", mix)
-        types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(out)).tensors}
+        types = types_of(out)
         for k, shape in shapes.items():
             i = int(k.split(".")[1]) if k.startswith("blk.") else -1
             want = llama_rule(mix, k, shape[1], i, n_layer, gqa, n_expert)
@@ -239,7 +240,7 @@ def test_hf_folder_quantized_on_load_equals_the_file(tmp_path, arch):
     a, b = np.array(on_load), np.array(f32)
     assert np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.9  # measured 0.96 (random weights, 4 bits)
     if arch == "qwen3_moe":  # the router stays f32; rows that do not fit 32-blocks: f16
-        ts = {t.name: t for t in gguf.GGUFReader(str(out)).tensors}
+        ts = gguf_meta.read(out).tensors
         assert ts["blk.0.ffn_gate_inp.weight"].tensor_type == Q.F32
         for name in ("ffn_gate_exps", "ffn_down_exps"):
             t = ts[f"blk.0.{name}.weight"]

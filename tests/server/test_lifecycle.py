@@ -4,11 +4,11 @@ create), embeddings and token utilities against a real `wick serve`, with the
 import base64
 import concurrent.futures as cf
 import datetime as dt
-import importlib.util
 import math
 import os
 import shutil
 import struct
+import sys
 import time
 
 import ollama
@@ -318,10 +318,9 @@ def test_last_token_pooling_is_selectable():
 
 def reference_tokenizer():
     from tokenizers import Tokenizer
-    spec = importlib.util.spec_from_file_location("fixtures", os.path.join(HERE, "..", "python", "make_text_fixtures.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return Tokenizer.from_str(mod.smollm2_tokenizer_json(MODEL))
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))  # make_text_fixtures and its gguf_meta
+    from make_text_fixtures import smollm2_tokenizer_json
+    return Tokenizer.from_str(smollm2_tokenizer_json(MODEL))
 
 
 TEXTS = ["Hello world", "  leading spaces and\ttabs\n", "12345 digits", "naïve café — 東京 🚀",
