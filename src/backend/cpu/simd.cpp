@@ -7,35 +7,27 @@
 
 namespace wick::cpu {
 
-namespace generic {
-extern const SimdKernels kKernels;
-}
-namespace avx2 {
-extern const SimdKernels kKernels;
-}
-namespace avx512 {
-extern const SimdKernels kKernels;
-}
-namespace avx512bf16 {
-extern const SimdKernels kKernels;
-}
-
+// Each ISA's set (simd_impl.inc); the ASan tree also has each one built without sanitizers.
+#define WICK_DECLARE_KERNEL_SETS     \
+  namespace generic {                \
+  extern const SimdKernels kKernels; \
+  }                                  \
+  namespace avx2 {                   \
+  extern const SimdKernels kKernels; \
+  }                                  \
+  namespace avx512 {                 \
+  extern const SimdKernels kKernels; \
+  }                                  \
+  namespace avx512bf16 {             \
+  extern const SimdKernels kKernels; \
+  }
+WICK_DECLARE_KERNEL_SETS
 #ifdef WICK_SIMD_UNCHECKED_COPIES
 namespace unchecked {
-namespace generic {
-extern const SimdKernels kKernels;
-}
-namespace avx2 {
-extern const SimdKernels kKernels;
-}
-namespace avx512 {
-extern const SimdKernels kKernels;
-}
-namespace avx512bf16 {
-extern const SimdKernels kKernels;
-}
+WICK_DECLARE_KERNEL_SETS
 }  // namespace unchecked
 #endif
+#undef WICK_DECLARE_KERNEL_SETS
 
 namespace {
 bool has_avx512() {
