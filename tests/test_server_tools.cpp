@@ -300,7 +300,9 @@ TEST_F(ServerTools, OllamaStreamLogprobs) {
       EXPECT_EQ(whole["logprobs"][1]["logprob"], -0.25);
       EXPECT_EQ(whole["logprobs"][1]["bytes"], json::array({32, 119, 111, 114, 108, 100}));
       EXPECT_EQ(whole["logprobs"][0].contains("top_logprobs"), n_top > 0);
-      if (n_top > 0) EXPECT_EQ(whole["logprobs"][2]["top_logprobs"][1]["token"], " world");
+      if (n_top > 0) {
+        EXPECT_EQ(whole["logprobs"][2]["top_logprobs"][1]["token"], " world");
+      }
     }
   }
 }
