@@ -10,7 +10,8 @@
 //   mm/MODEL/TYPE/PROJ/M<rows>/kw<slices>/t<tiles>/<chain>
 // kw0 is kw_for's rule; kw4..kw32 force the slice count (the rule's table is
 // chosen from these rows); t0 is the rule's 8-row tiles a warp, t1, t2, t4
-// force them (decode of 16-bit weights only). chain "b2b": products back to
+// force them (decode of 16-bit weights only); at 512 rows, bf16 also at 4 and
+// 8 slices (what the slice rule costs prefill). chain "b2b": products back to
 // back (each may start while the one before drains, as launch_early allows);
 // "norm": each after a one-row rmsnorm of its input, as in a decode step.
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
@@ -264,8 +265,10 @@ void register_all() {
         for (Run r :
              {Run{1, 0, 0, false}, Run{1, 4, 0, false}, Run{1, 8, 0, false}, Run{1, 16, 0, false},
               Run{1, 32, 0, false}, Run{1, 0, 1, false}, Run{1, 0, 2, false}, Run{1, 0, 4, false},
-              Run{1, 0, 0, true}, Run{16, 0, 0, false}, Run{512, 0, 0, false}}) {
-          if (r.tiles && t != DType::BF16) continue;  // (8- and 4-bit: one tile always)
+              Run{1, 0, 0, true}, Run{16, 0, 0, false}, Run{512, 0, 0, false},
+              Run{512, 4, 0, false}, Run{512, 8, 0, false}}) {
+          if (r.tiles && t != DType::BF16) continue;             // (8- and 4-bit: one tile always)
+          if (r.M == 512 && r.kw && t != DType::BF16) continue;  // (prefill's slice sweep: bf16)
           const std::string name = base + "/M" + std::to_string(r.M) + "/kw" +
                                    std::to_string(r.kw) + "/t" + std::to_string(r.tiles) +
                                    (r.norm ? "/norm" : "/b2b");

@@ -11,7 +11,7 @@ markdown table, a row per model, weight type and product:
   +norm     the share at the rule when each product follows a one-row rmsnorm
             (a decode step's order; the norm's time counted)
   M16       the share at 16 rows (a batched decode step)
-  M512      TFLOP/s at 512 rows (prefill)
+  M512      TFLOP/s at 512 rows (prefill), and (bf16) at 4 / 8 forced slices
 """
 import json
 import re
@@ -78,7 +78,9 @@ def main(path):
         m512 = r.get((512, 0, 0, "b2b"))
         print(f"| {key[0]} | {key[1]} | {key[2]} | {mb} | {rule_cell} | " + " | ".join(cells)
               + f" | {share(r.get((1, 0, 0, 'norm')))} | {share(r.get((16, 0, 0, 'b2b')))} | "
-              + (f"{m512['TFLOP/s']:.0f}" if m512 else "-") + " |")
+              + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
+              + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
+              + " |")
 
 
 if __name__ == "__main__":

@@ -123,42 +123,46 @@ void expect_decode_rows_equal_100(Backend& be, const Weight& w, const Weight& u,
 }
 
 // Tall matrices (an output head) take wider decode tiles (8,200 rows: 4 a warp
-// for bf16 by the rule; 1, 2 and 4 forced too): the CPU's values at the edges
-// of the last tile, and plain and gate/up the bits of the 100-row product.
+// for bf16 by the rule; 1, 2 and 4 forced too) and, 16-bit ones, 4 slices of
+// k however deep (k = 4,096: 8 slices below 8,192 rows): the CPU's values at
+// the edges of the last tile, and plain and gate/up the bits of the 100-row
+// product.
 TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);
   std::mt19937 rng(5);
-  const int64_t n_in = 512, n_out = 8200, n_rows = 100;
-  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
-    auto wb = random_weight(t, n_out, n_in, rng);
-    const Weight host{t, n_out, n_in, wb.data()};
-    const Weight w = be->prepare_matrix(host);
-    auto x = randn(size_t(n_rows * n_in), rng);
-    Buffer dx = to_device(*be, x.data(), x.size() * 4);
-    Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
-    be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
-    auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
-    std::vector<float> row(static_cast<size_t>(n_in));
-    for (int64_t o : {int64_t(0), int64_t(7), n_out - 9, n_out - 1}) {
-      dequantize_row_ref(t, host.row(o), row.data(), n_in);
-      double ref = 0, mag = 0;
-      for (int64_t i = 0; i < n_in; ++i) {
-        ref += double(row[size_t(i)]) * x[size_t(60 * n_in + i)];
-        mag += std::fabs(double(row[size_t(i)]) * x[size_t(60 * n_in + i)]);
+  const int64_t n_out = 8200, n_rows = 100;
+  for (int64_t n_in : {int64_t(512), int64_t(4096)})
+    for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+      auto wb = random_weight(t, n_out, n_in, rng);
+      const Weight host{t, n_out, n_in, wb.data()};
+      const Weight w = be->prepare_matrix(host);
+      auto x = randn(size_t(n_rows * n_in), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
+      be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+      auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
+      std::vector<float> row(static_cast<size_t>(n_in));
+      for (int64_t o : {int64_t(0), int64_t(7), n_out - 9, n_out - 1}) {
+        dequantize_row_ref(t, host.row(o), row.data(), n_in);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < n_in; ++i) {
+          ref += double(row[size_t(i)]) * x[size_t(60 * n_in + i)];
+          mag += std::fabs(double(row[size_t(i)]) * x[size_t(60 * n_in + i)]);
+        }
+        EXPECT_LE(std::fabs(y[size_t(60 * n_out + o)] - ref) / (mag + 1e-30), 8e-3)
+            << dtype_name(t) << " k " << n_in << " col " << o;
       }
-      EXPECT_LE(std::fabs(y[size_t(60 * n_out + o)] - ref) / (mag + 1e-30), 8e-3)
-          << dtype_name(t) << " col " << o;
+      Buffer dg = be->alloc(size_t(n_rows * n_out) * 4), du = be->alloc(size_t(n_rows * n_out) * 4);
+      be->matmul_gate_up(w, w, dx.as<float>(), n_rows, dg.as<float>(), du.as<float>());
+      const auto gated = to_host<float>(*be, dg, size_t(n_rows * n_out));
+      for (int nt : {0, 1, 2, 4}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + ", k " + std::to_string(n_in) + ", " +
+                     std::to_string(nt) + " tiles");
+        DecodeTiles scope(nt);
+        expect_decode_rows_equal_100(*be, w, w, dx, n_in, n_out, y, gated);
+      }
     }
-    Buffer dg = be->alloc(size_t(n_rows * n_out) * 4), du = be->alloc(size_t(n_rows * n_out) * 4);
-    be->matmul_gate_up(w, w, dx.as<float>(), n_rows, dg.as<float>(), du.as<float>());
-    const auto gated = to_host<float>(*be, dg, size_t(n_rows * n_out));
-    for (int nt : {0, 1, 2, 4}) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + ", " + std::to_string(nt) + " tiles");
-      DecodeTiles scope(nt);
-      expect_decode_rows_equal_100(*be, w, w, dx, n_in, n_out, y, gated);
-    }
-  }
 }
 
 // Sets the most slices of k (WICK_CUDA_KW_MAX) for a scope.

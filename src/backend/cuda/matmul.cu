@@ -340,7 +340,13 @@ bool env_flag(const char* name, bool fallback) {
 // The most slices a weight of few rows takes (WICK_CUDA_KW_MAX; tests set
 // it). 0: the environment not read yet.
 std::atomic<int> g_kw_max{0};
-std::atomic<int> g_kw_force{0};  // set_kw_force: every weight's count (0: kw_for's rule)
+std::atomic<int> g_kw_force{0};    // set_kw_force: every weight's count (0: kw_for's rule)
+constexpr int kTallKwRows = 8192;  // rows from which a 16-bit weight takes tall_kw()
+// Slices of k on tall 16-bit matrices (WICK_CUDA_TALL_KW, for measuring).
+int tall_kw() {
+  static const int kw = env_int("WICK_CUDA_TALL_KW", 4, {4, 8, 16, 32});
+  return kw;
+}
 
 // Slices of k per output element: a function of the weight's shape alone.
 // Matrices with few rows (q, k, v, o, down) take more slices, so that a
@@ -349,9 +355,14 @@ std::atomic<int> g_kw_force{0};  // set_kw_force: every weight's count (0: kw_fo
 // where each warp still walks 4 chunks and the CTAs of 8 rows fit one wave
 // on 132 SMs: Qwen2.5-0.5B (down at 32) decodes 7 % faster on an H200,
 // Llama-3.2-1B (2,048-row products at 32) 5 % slower on an H100 (docs/perf.md,
-// 2026-11-27). Products launched together share the count (kw_for_launch).
+// 2026-11-27). Tall 16-bit matrices (gate, up, the output head: from 8,192
+// rows, decoded with 4-tile warps) take WICK_CUDA_TALL_KW, 4: at 8 slices
+// they streamed 69-73 % of 3.0 TB/s on an H100, at 4 74-88 % (Llama-1B to
+// 8B, wick_gpu_bench, 2026-11-28). Products launched together share the
+// count (kw_for_launch).
 int kw_for(const GpuWeight& w) {
   if (const int forced = g_kw_force.load()) return forced;
+  if (w.n_out >= kTallKwRows && (w.fmt == Fmt::BF16 || w.fmt == Fmt::F16)) return tall_kw();
   const int n_chunks = w.k_pad / k_chunk(w.fmt);
   if (w.n_out > 2048) return n_chunks >= 64 ? 8 : 4;
   const int most = n_chunks >= 128 && w.n_out <= 1024 ? kw_max() : std::min(kw_max(), 16);
