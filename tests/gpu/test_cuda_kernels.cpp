@@ -165,6 +165,33 @@ TEST(CudaMatmul, TallMatrixDecodeTilesKeepTheBits) {
     }
 }
 
+// Every int8 code, -128 included (no Q8_0 quantizer writes it; a file may),
+// through the decode kernel (1 and 16 rows) and the tiled one (256): rows of
+// one-hot activations read each weight back, exactly.
+TEST(CudaMatmul, EveryInt8CodeDecodesExactly) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend(false);
+  const int64_t n_in = 256;  // 8 blocks: the codes 0x00..0xff in order
+  std::vector<BlockQ8_0> blocks(8);
+  for (int b = 0; b < 8; ++b) {
+    blocks[size_t(b)].d = f32_to_f16(1.f);
+    for (int i = 0; i < 32; ++i) blocks[size_t(b)].qs[i] = int8_t(uint8_t(32 * b + i));
+  }
+  const Weight w = be->prepare_matrix(Weight{DType::Q8_0, 1, n_in, blocks.data()});
+  std::vector<float> x(size_t(n_in * n_in), 0.f);
+  for (int64_t i = 0; i < n_in; ++i) x[size_t(i * n_in + i)] = 1.f;  // row i picks code i
+  Buffer dx = to_device(*be, x.data(), x.size() * 4);
+  for (int64_t m : {int64_t(1), int64_t(16), n_in})
+    for (int64_t r0 = 0; r0 < n_in; r0 += m) {
+      Buffer dy = be->alloc(size_t(m) * 4);
+      be->matmul(w, dx.as<float>() + r0 * n_in, m, dy.as<float>());
+      const auto y = to_host<float>(*be, dy, size_t(m));
+      for (int64_t r = 0; r < m; ++r)
+        ASSERT_EQ(y[size_t(r)], float(int8_t(uint8_t(r0 + r))))
+            << "code " << r0 + r << ", " << m << " rows a product";
+    }
+}
+
 // Sets the most slices of k (WICK_CUDA_KW_MAX) for a scope.
 struct KwMax {
   int was = cuda::kw_max();

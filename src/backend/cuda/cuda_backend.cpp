@@ -179,6 +179,8 @@ class CudaBackend final : public Backend {
     g.n_in = r.n_in;
     g.k_pad = r.k_pad;
     g.group = r.group;
+    if (g.group & (g.group - 1))  // the kernels shift by it (group_index)
+      throw std::logic_error("CUDA: scale groups of " + std::to_string(g.group) + " elements");
     g.q = upload_owned(r.q.data(), r.q.size());
     if (!r.scale.empty())
       g.scale = static_cast<const float*>(upload_owned(r.scale.data(), r.scale.size() * 4));

@@ -3,6 +3,7 @@
 // does not depend on the other rows.
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_common.cuh"
 
 namespace wick::cuda {
 
@@ -40,12 +41,12 @@ __device__ float weight_at(const GpuWeight& w, int row, int i) {
     case Fmt::F16:
       return __half2float(static_cast<const __half*>(w.q)[base + i]);
     case Fmt::I8: {
-      const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(i / w.group);
+      const size_t gi = group_index(w, row, i);
       const float q = float(static_cast<const int8_t*>(w.q)[base + i]);
       return dq(q, w.scale[gi], w.min ? w.min[gi] : 0.f);
     }
     default: {  // U4
-      const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(i / w.group);
+      const size_t gi = group_index(w, row, i);
       const uint8_t byte = static_cast<const uint8_t*>(w.q)[(base + i) / 2];
       const float q = float(i % 2 ? byte >> 4 : byte & 15);
       return dq(q, w.scale[gi], w.min ? w.min[gi] : 0.f);

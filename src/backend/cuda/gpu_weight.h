@@ -22,7 +22,7 @@ struct GpuWeight {
   Fmt fmt = Fmt::BF16;
   int32_t n_out = 0, n_in = 0;
   int32_t k_pad = 0;             // elements per stored row (n_in rounded up to a k-chunk)
-  int32_t group = 0;             // I8/U4: elements per scale
+  int32_t group = 0;             // I8/U4: elements per scale, a power of two
   const void* q = nullptr;       // [n_out][k_pad] elements of the layout's type
   const float* scale = nullptr;  // I8/U4: [n_out][k_pad / group]
   const float* min = nullptr;    // I8/U4: [n_out][k_pad / group], or null when all zero

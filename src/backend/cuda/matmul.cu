@@ -82,7 +82,7 @@ __device__ __forceinline__ void fetch_b(const GpuWeight& w, int row_g, int k, Ra
     if (row < w.n_out) {
       r[nt].q = ld_stream(row_ptr<F>(w, row) + size_t(k) * kBytesPer16 / 16);
       if constexpr (F == Fmt::I8 || F == Fmt::U4) {
-        const size_t gi = size_t(row) * size_t(w.k_pad / w.group) + size_t(k / w.group);
+        const size_t gi = group_index(w, row, k);
         r[nt].s = __ldg(w.scale + gi);
         r[nt].m = w.min ? __ldg(w.min + gi) : 0.f;
       }
@@ -244,10 +244,19 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const int r = m0 + 16 * mt + g;
-            const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s),
-                         x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
-            const uint32_t a0 = pack_bf16(x0.x, x0.y), a1 = pack_bf16(x1.x, x1.y),
-                           a2 = pack_bf16(x0.z, x0.w), a3 = pack_bf16(x1.z, x1.w);
+            const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s);
+            const uint32_t a0 = pack_bf16(x0.x, x0.y), a2 = pack_bf16(x0.z, x0.w);
+            // the tile's rows 8-15 (zeros past M). 8- and 4-bit weights: a
+            // decode step of up to 8 rows skips their conversions, which with
+            // the weights' run at 16 a clock an SM, those products' limit
+            // (16-bit ones are bound by memory, and their gated 4-tile kernel
+            // spilled 2.8 times as much with the branch)
+            uint32_t a1 = 0, a3 = 0;
+            if (!(F == Fmt::I8 || F == Fmt::U4) || m0 + 16 * mt + 8 < M) {
+              const float4 x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
+              a1 = pack_bf16(x1.x, x1.y);
+              a3 = pack_bf16(x1.z, x1.w);
+            }
 #pragma unroll
             for (int a = 0; a < NACC; ++a)
 #pragma unroll

@@ -11,6 +11,22 @@ namespace wick::cuda {
 template <Fmt F>
 constexpr int kE = elems_per_load(F);
 
+// The index of the scale (and min) of element k of row `row`: groups are a
+// power of two (16 or 32, repack.cpp), so shifts, not two signed divisions
+// by a run-time value (~50 instructions a weight load in the decode loop).
+__device__ __forceinline__ size_t group_index(const GpuWeight& w, int row, int k) {
+  const int shift = __ffs(w.group) - 1;
+  return size_t(row) * size_t(w.k_pad >> shift) + size_t(k >> shift);
+}
+
+// Signed byte i of a word, given with every byte's sign bit flipped (q +
+// 128), as a float without the SM's conversion unit (16 a clock, with the
+// bf16 packing the 8-bit products' limit): it becomes the low byte of the
+// float 2^23 + q + 128, and one exact subtraction leaves q.
+__device__ __forceinline__ float i8_to_float(uint32_t flipped, int i) {
+  return __uint_as_float(__byte_perm(flipped, 0x4b000000u, 0x7650 + i)) - 8388736.f;
+}
+
 // The E weights of one lane's load as E/2 bf16 pairs.
 template <Fmt F>
 __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
@@ -28,8 +44,9 @@ __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
   } else if constexpr (F == Fmt::I8) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint32_t word = r[j / 2] >> (16 * (j % 2));
-      const float lo = float(int8_t(word & 0xff)), hi = float(int8_t((word >> 8) & 0xff));
+      const uint32_t flipped = r[j / 2] ^ 0x80808080u;
+      const float lo = i8_to_float(flipped, 2 * (j % 2)),
+                  hi = i8_to_float(flipped, 2 * (j % 2) + 1);
       b[j] = pack_bf16(dq(lo, s, m), dq(hi, s, m));
     }
   } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           if constexpr (F == Fmt::I8 || F == Fmt::U4) {
             const int n = n0 + row;
             if (n < Wa.n_out) {
-              const size_t gi = size_t(n) * size_t(Wa.k_pad / Wa.group) + size_t(k / Wa.group);
+              const size_t gi = group_index(Wa, n, k);
               sc = __ldg(Wa.scale + gi);
               mn = Wa.min ? __ldg(Wa.min + gi) : 0.f;
             }
