@@ -41,11 +41,9 @@ int main(int argc, char** argv) {
       "  WICK_CUDA_SKIP           measuring only: kernel kinds left out (norm,qkv,rope,attn,o,\n"
       "                           gate_up,down,head; the output is garbage)\n"
       "  WICK_CUDA_ATTN_DECODE    0: decode attention through the prefill kernel (default 1)\n"
-      "  WICK_CUDA_KW_MAX         most slices of k on matrices of <= 2048 rows: 4 to 32 (default "
-      "32)\n"
+      "  WICK_CUDA_KW_MAX         most slices of k, matrices of <= 2048 rows: 4-32 (default 32)\n"
       "  WICK_CUDA_TALL_NT/_ROWS  decode tiles of tall 16-bit matrices (default 4 from 8192 rows)\n"
-      "  WICK_CUDA_TALL_KW        slices of k on 16-bit matrices of >= 8192 rows: 4, 8, 16, 32 "
-      "(default 4)\n"
+      "  WICK_CUDA_TALL_KW        slices of k, 16-bit matrices of >= 8192 rows (default 4)\n"
       "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
   wick::cli::register_run(app);
