@@ -13,7 +13,9 @@
 // force them (decode of 16-bit weights only); at 512 rows, bf16 also at 4 and
 // 8 slices (what the slice rule costs prefill). chain "b2b": products back to
 // back (each may start while the one before drains, as launch_early allows);
-// "norm": each after a one-row rmsnorm of its input, as in a decode step.
+// "norm": each after a one-row rmsnorm of its input, as in a decode step;
+// "intb2b", "intnorm": the same with integer products (8/4-bit weights,
+// WICK_CUDA_INT_MMA), each product's activation quantization timed with it.
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
 //
 // Run: build-gpu/bin/wick_gpu_bench [--benchmark_filter=REGEX]; without a
@@ -170,18 +172,21 @@ struct Stream {
   } while (0)
 
 void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::string proj, int M,
-                int kw, int tiles, bool norm_first) {
+                int kw, int tiles, bool norm_first, bool int_mma) {
   Backend& be = backend();
   const Layer& L = layer(m, t, proj);
   static Stream s;
-  cuda::set_kw_force(kw);
-  cuda::set_decode_tiles(tiles);
   struct Reset {
+    bool int_was = cuda::int_products();
     ~Reset() {
       cuda::set_kw_force(0);
       cuda::set_decode_tiles(0);
+      cuda::set_int_products(int_was);
     }
   } reset;
+  cuda::set_kw_force(kw);
+  cuda::set_decode_tiles(tiles);
+  cuda::set_int_products(int_mma);
   // x, a norm's weights, the outputs, and the prefill kernel's scratch
   const int64_t n_in = L.n_in;
   std::vector<float> hx(size_t(M * n_in));
@@ -192,7 +197,7 @@ void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::strin
   be.copy_to_device(nw.data(), hx.data(), size_t(n_in) * 4);
   const cuda::GpuWeight& w0 = L.copies[0][0];
   Buffer xb;
-  if (M >= 64) xb = be.alloc(cuda::matmul_scratch_bytes(M, w0.k_pad));
+  if (M >= 64 || cuda::int_path(w0)) xb = be.alloc(cuda::matmul_scratch_bytes(M, w0.k_pad));
   be.sync();
 
   // the product's input: x, or its norm computed just before (decode's order)
@@ -260,20 +265,23 @@ void register_all() {
         const std::string base = std::string("mm/") + m.name + "/" + dtype_name(t) + "/" + proj;
         struct Run {
           int M, kw, tiles;
-          bool norm;
+          bool norm, int_mma = false;
         };
         for (Run r :
              {Run{1, 0, 0, false}, Run{1, 4, 0, false}, Run{1, 8, 0, false}, Run{1, 16, 0, false},
               Run{1, 32, 0, false}, Run{1, 0, 1, false}, Run{1, 0, 2, false}, Run{1, 0, 4, false},
               Run{1, 0, 0, true}, Run{16, 0, 0, false}, Run{512, 0, 0, false},
-              Run{512, 4, 0, false}, Run{512, 8, 0, false}}) {
+              Run{512, 4, 0, false}, Run{512, 8, 0, false}, Run{1, 0, 0, false, true},
+              Run{1, 0, 0, true, true}, Run{16, 0, 0, false, true}, Run{512, 0, 0, false, true}}) {
           if (r.tiles && t != DType::BF16) continue;             // (8- and 4-bit: one tile always)
           if (r.M == 512 && r.kw && t != DType::BF16) continue;  // (prefill's slice sweep: bf16)
+          if (r.int_mma && t == DType::BF16) continue;           // (integer products: 8/4-bit)
+          const std::string chain =
+              std::string(r.int_mma ? "/int" : "/") + (r.norm ? "norm" : "b2b");
           const std::string name = base + "/M" + std::to_string(r.M) + "/kw" +
-                                   std::to_string(r.kw) + "/t" + std::to_string(r.tiles) +
-                                   (r.norm ? "/norm" : "/b2b");
+                                   std::to_string(r.kw) + "/t" + std::to_string(r.tiles) + chain;
           benchmark::RegisterBenchmark(name.c_str(), BM_Product, m, t, std::string(proj), r.M, r.kw,
-                                       r.tiles, r.norm)
+                                       r.tiles, r.norm, r.int_mma)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(10);  // a graph is >= ~2 ms of thousands of products

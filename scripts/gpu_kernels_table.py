@@ -12,13 +12,15 @@ markdown table, a row per model, weight type and product:
             (a decode step's order; the norm's time counted)
   M16       the share at 16 rows (a batched decode step)
   M512      TFLOP/s at 512 rows (prefill), and (bf16) at 4 / 8 forced slices
+  int       8/4-bit weights with integer products (WICK_CUDA_INT_MMA): the
+            share at the rule, after a norm, at 16 rows; TFLOP/s at 512 rows
 """
 import json
 import re
 import sys
 from collections import defaultdict
 
-NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm)")
+NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm)")
 
 
 def load(path):
@@ -59,8 +61,8 @@ def main(path):
     kws, nts = [4, 8, 16, 32], [1, 2, 4]
     print("| model | type | product | MB | rule: us, share | "
           + " | ".join(f"kw{k}" for k in kws) + " | " + " | ".join(f"t{t}" for t in nts)
-          + " | +norm | M16 | M512 TFLOP/s |")
-    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|")
+          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 |")
+    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|")
     def share(b):
         return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
     for key in order:
@@ -80,7 +82,17 @@ def main(path):
               + f" | {share(r.get((1, 0, 0, 'norm')))} | {share(r.get((16, 0, 0, 'b2b')))} | "
               + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
               + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
-              + " |")
+              + " | " + int_cell(r) + " |")
+
+
+def int_cell(r):
+    """The integer products' cells (8/4-bit weights), or '-'."""
+    got = [r.get((1, 0, 0, "intb2b")), r.get((1, 0, 0, "intnorm")), r.get((16, 0, 0, "intb2b"))]
+    m512 = r.get((512, 0, 0, "intb2b"))
+    if not any(got) and not m512:
+        return "-"
+    shares = ", ".join(f"{100 * b['of_3TB/s']:.0f} %" if b else "-" for b in got)
+    return shares + ", " + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
 
 
 if __name__ == "__main__":

@@ -895,7 +895,8 @@ TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
               be->sync();
               cudaStream_t st = nullptr;
               ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
-              const bool took = cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, st);
+              const bool took =
+                  cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, nullptr, st);
               ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
               cudaStreamDestroy(st);
               EXPECT_EQ(took, n_rows <= 16);

@@ -385,7 +385,9 @@ class CudaBackend final : public Backend {
     // (WICK_CUDA_SKIP measures qkv and rope apart: the two kernels; LoRA
     // terms come between the products and RoPE)
     const bool lora = w[0]->lora || w[1]->lora || w[2]->lora;
-    if (skip_.empty() && !lora && cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, st_))
+    if (skip_.empty() && !lora &&
+        cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, mm_scratch(*jobs[0].w, b.n_tokens),
+                                 st_))
       return;
     Backend::qkv_rope_kv_write(w, bias, x, out, kv, il, b, s);
   }
@@ -511,7 +513,8 @@ class CudaBackend final : public Backend {
   // product seen (graphs are recorded on a shape's second step, by when it
   // has its size).
   void* mm_scratch(const GpuWeight& w, int64_t n_rows) {
-    if (n_rows < 64) return nullptr;  // decode batches stay on the decode kernel
+    // decode batches stay on the decode kernel, which needs none but for integer products
+    if (n_rows < 64 && !cuda::int_path(w)) return nullptr;
     const size_t need = cuda::matmul_scratch_bytes(int(n_rows), w.k_pad);
     if (xb_.bytes() < need) xb_ = alloc(need);
     return xb_.data();

@@ -22,7 +22,8 @@ struct MatmulJob {
 };
 // Up to 3 products of the same x in one launch (q, k, v). xb: scratch of
 // matmul_scratch_bytes(M, k_pad) bytes for the tiled (prefill) kernel, which
-// computes the same bits as the decode kernel; null keeps the decode kernel.
+// computes the same bits as the decode kernel, and for integer products
+// (int_path: required); null keeps the decode kernel.
 void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st);
 // out [M, n_ff] = silu(x . gate^T) * (x . up^T)
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
@@ -32,7 +33,8 @@ size_t matmul_scratch_bytes(int M, int k_pad);
 // product's epilogue: the bits of matmul() then rope_kv_write(), one kernel
 // instead of two. Returns false, launching nothing, where it does not apply
 // (more than 16 rows, weights that do not share one launch, f32 weights,
-// WICK_CUDA_FUSE_ROPE=0); the caller then runs the two.
+// WICK_CUDA_FUSE_ROPE=0, integer products without xb, matmul()'s scratch);
+// the caller then runs the two.
 struct RopeKv {
   const int32_t* pos = nullptr;     // [M] RoPE positions
   const int32_t* slots = nullptr;   // [M] cache slots
@@ -44,7 +46,7 @@ struct RopeKv {
   int head_dim = 0;
 };
 bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
-                        cudaStream_t st);
+                        void* xb, cudaStream_t st);
 // proj = in . w^T for a one-row batch, then x += proj and y = rmsnorm(x) * w
 // (add_rmsnorm's bits), the norm taken by the product's last CTA: one kernel
 // instead of two. Returns false, launching nothing, where it does not apply
@@ -73,6 +75,16 @@ void set_decode_tiles(int nt);
 // Whether matmul_add_rmsnorm fuses (WICK_CUDA_FUSE_NORM, default off; tests set it).
 void set_fuse_norm(bool on);
 bool fuse_norm();
+// Integer products for 8- and 4-bit weights (matmul_int.cuh): the weights'
+// levels against x quantized to two int8 levels per block of 32, on the
+// tensor cores, in one kernel for every batch size; off: bf16 products.
+// WICK_CUDA_INT_MMA (0 or 1, default 0) until measured; tests set it. It
+// holds for every later product (a model's results change with it).
+void set_int_products(bool on);
+bool int_products();
+// Whether products of w take integer products: they need matmul()'s scratch
+// (xb) at every batch size then.
+bool int_path(const GpuWeight& w);
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);

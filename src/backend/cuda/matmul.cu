@@ -14,6 +14,7 @@
 // which CTA computes an element, never the order.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
@@ -22,6 +23,7 @@
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_common.cuh"
+#include "backend/cuda/matmul_int.cuh"
 #include "backend/cuda/matmul_tiled.h"
 
 namespace wick::cuda {
@@ -51,6 +53,7 @@ struct Params {
   int which;
   RopeKv rope;   // ROPE: RoPE and the cache write in the epilogue (jobs q, k, v)
   AddNorm norm;  // NORM: residual add and norm of the one row, by the last CTA
+  IntAct xa;     // IG: x in integer form (quantize_act)
 };
 
 // ROPE: tile t of q or k holds four rotation pairs of one head, so that the
@@ -71,8 +74,10 @@ struct RawB {
   float s, m;
 };
 
-// row_g: the lane's weight row in the first 8-row tile (the next tiles' rows follow by 8).
-template <Fmt F, int NT>
+// row_g: the lane's weight row in the first 8-row tile (the next tiles' rows
+// follow by 8). L1: integer products, which read the scales of other rows
+// (int_chunk): the lane's scale and min only brought into L1 for them.
+template <Fmt F, int NT, bool L1 = false>
 __device__ __forceinline__ void fetch_b(const GpuWeight& w, int row_g, int k, RawB (&r)[NT]) {
   constexpr int kBytesPer16 = F == Fmt::U4 ? 8 : (F == Fmt::I8 ? 16 : 32);  // bytes per 16 elems
 #pragma unroll
@@ -83,8 +88,13 @@ __device__ __forceinline__ void fetch_b(const GpuWeight& w, int row_g, int k, Ra
       r[nt].q = ld_stream(row_ptr<F>(w, row) + size_t(k) * kBytesPer16 / 16);
       if constexpr (F == Fmt::I8 || F == Fmt::U4) {
         const size_t gi = group_index(w, row, k);
-        r[nt].s = __ldg(w.scale + gi);
-        r[nt].m = w.min ? __ldg(w.min + gi) : 0.f;
+        if constexpr (L1) {
+          prefetch_l1(w.scale + gi);
+          if (w.min) prefetch_l1(w.min + gi);
+        } else {
+          r[nt].s = __ldg(w.scale + gi);
+          r[nt].m = w.min ? __ldg(w.min + gi) : 0.f;
+        }
       }
     }
   }
@@ -162,11 +172,15 @@ __device__ void add_rmsnorm_row(const AddNorm& a, const float* r, int n, float* 
   }
 }
 
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
+// IG (8- and 4-bit weights, WICK_CUDA_INT_MMA): integer products
+// (matmul_int.cuh) for weight groups of IG elements; 0: bf16 products.
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
+          int IG = 0>
 __global__ void mm_kernel(const __grid_constant__ Params p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
   static_assert(!ROPE || (MT == 1 && NT == 1 && !GATED && !GROUPED), "ROPE: one 16x8 tile");
   static_assert(!NORM || (MT == 1 && NT == 1 && !GATED && !GROUPED && !ROPE), "NORM: one row");
+  static_assert(!IG || ((F == Fmt::I8 || F == Fmt::U4) && !GROUPED && !NORM), "IG: 8/4-bit");
   extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT], then ROPE's [16][8] sums
   allow_next_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -201,6 +215,34 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   constexpr int TR = 16 * MT, TC = 8 * NT, TILE = TR * TC;
   constexpr int P = MT == 1 ? 4 : 1;  // chunks fetched ahead of their use
   const int n_warps = int(blockDim.x) / 32;
+  // IG: each tile's rows of x, whether its rows 8-15 are read, and the
+  // scales of the lane's output columns (matmul_int.cuh)
+  bool rows8[MT];
+  IntRows xr[MT];
+  IntCols<NACC, NT> cols;
+  if constexpr (IG != 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      xr[mt] = int_rows<F, IG>(p.xa, p.k_pad, M, m0 + 16 * mt + g, c);
+      rows8[mt] = m0 + 16 * mt + 8 < M;
+    }
+#pragma unroll
+    for (int a = 0; a < NACC; ++a) {
+      const GpuWeight& Wa = a == 0 ? W : U;
+      cols.scale[a] = Wa.scale;
+      cols.min[a] = Wa.min;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int jc = 0; jc < 2; ++jc) {
+        int row = n0 + 8 * nt + 2 * c + jc;
+        if constexpr (ROPE)
+          if (j < 2) row = rope_row(tile, 2 * c + jc, p.rope.head_dim);
+        // (a row past n_out reads the last one's: its sums are dropped)
+        cols.off[nt][jc] = min(row, W.n_out - 1) * (p.k_pad / W.group);
+      }
+  }
   for (int w = warp; w < p.kw; w += n_warps) {
     float acc[NACC][MT][NT][4];
 #pragma unroll
@@ -216,8 +258,8 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
     for (int d = 0; d < P; ++d) {
       const int ch = w + d * p.kw;
       if (ch < n_chunks) {
-        fetch_b<F, NT>(W, row_g, ch * KC + E * c, raw[d][0]);
-        if constexpr (GATED) fetch_b<F, NT>(U, row_g, ch * KC + E * c, raw[d][NACC - 1]);
+        fetch_b<F, NT, IG != 0>(W, row_g, ch * KC + E * c, raw[d][0]);
+        if constexpr (GATED) fetch_b<F, NT, IG != 0>(U, row_g, ch * KC + E * c, raw[d][NACC - 1]);
       }
     }
     // The weights above do not depend on the kernel before; x does.
@@ -227,6 +269,22 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
       for (int d = 0; d < P; ++d) {
         const int ch = base + d * p.kw;
         if (ch >= n_chunks) break;
+        if constexpr (IG != 0) {
+          // (the B registers first: raw[d] is then free for the next fetch)
+          uint32_t b[NACC][NT][IntShape<F, IG>::NG][IntShape<F, IG>::NB];
+#pragma unroll
+          for (int a = 0; a < NACC; ++a)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) int_fragments<F, IG>(raw[d][a][nt].q, c, b[a][nt]);
+          const int next = ch + P * p.kw;
+          if (next < n_chunks) {
+            fetch_b<F, NT, true>(W, row_g, next * KC + E * c, raw[d][0]);
+            if constexpr (GATED)
+              fetch_b<F, NT, true>(U, row_g, next * KC + E * c, raw[d][NACC - 1]);
+          }
+          int_chunk<F, IG, MT, NT, NACC>(xr, rows8, cols, ch, b, acc);
+          continue;
+        }
         const int k = ch * KC + E * c;
         uint32_t b[NACC][NT][E / 2];
 #pragma unroll
@@ -408,14 +466,15 @@ bool rows64_fit(int kw) {
   return mm_smem(kw, 4, 4, false, false) <= kMaxSmem;
 }
 
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false>
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
+          int IG = 0>
 void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   const size_t smem = mm_smem(p.kw, MT, NT, GATED, ROPE);
   if (smem > kMaxSmem)
     throw std::logic_error("mm: " + std::to_string(p.kw) + " slices of " + std::to_string(16 * MT) +
                            "x" + std::to_string(8 * NT) + " tiles need " +
                            std::to_string(smem / 1024) + " KiB of shared memory");
-  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM>;
+  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>;
   // per instantiation, once: up to 160 KiB of shared memory, and the most
   // warps a CTA can have with this kernel's registers
   static const int max_warps = [&] {
@@ -447,6 +506,14 @@ int decode_tall_rows() {
 }
 std::atomic<int> g_tiles_force{0};  // set_decode_tiles: 8-row tiles a warp (0: the rule)
 
+// Integer products (p.xa set): one 8-row tile a warp, 16 rows a CTA in
+// decode steps, 32 past 16 rows.
+template <Fmt F, int IG, bool GATED>
+void dispatch_int(Params& p, int n_tiles, cudaStream_t st) {
+  if (p.M <= 16) return launch<F, 1, 1, GATED, false, false, false, IG>(p, n_tiles, 1, st);
+  launch<F, 2, 1, GATED, false, false, false, IG>(p, n_tiles, ceil_div(p.M, 32), st);
+}
+
 // Tile shapes by batch rows: decode keeps many CTAs over the weight rows;
 // prefill reuses each loaded weight across more rows. For GROUPED, the
 // caller's tile list was cut at rows_per_tile(M) rows.
@@ -461,6 +528,13 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
     return total;
   };
   auto ty = [&](int mt) { return GROUPED ? n_tiles_y : ceil_div(p.M, 16 * mt); };
+  if constexpr ((F == Fmt::I8 || F == Fmt::U4) && !GROUPED) {
+    if (p.xa.q) {
+      if constexpr (F == Fmt::I8)
+        if (p.jobs[0].w.group == 16) return dispatch_int<F, 16, GATED>(p, tiles(1), st);
+      return dispatch_int<F, 32, GATED>(p, tiles(1), st);
+    }
+  }
   // rows a CTA covers (a grouped launch: as its tile list was cut)
   const int tile_rows = GROUPED            ? grouped_tile_rows(p.M)
                         : p.M <= 16        ? 16
@@ -567,10 +641,20 @@ Params params_for(const GpuWeight& w, const float* x, int M) {
 std::atomic<int> g_fuse_norm{-1};  // -1: WICK_CUDA_FUSE_NORM not read yet
 
 // The fused decode launches (ROPE or NORM): one 16x8 tile a CTA, the
-// weight's format picked at run time; false for f32 weights.
+// weight's format picked at run time (integer products where p.xa is set);
+// false for f32 weights.
 template <bool ROPE, bool NORM>
 bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
-  switch (p.jobs[0].w.fmt) {
+  const Fmt f = p.jobs[0].w.fmt;
+  if constexpr (!NORM) {
+    if (p.xa.q && f == Fmt::I8 && p.jobs[0].w.group == 16)
+      return launch<Fmt::I8, 1, 1, false, false, ROPE, NORM, 16>(p, n_tiles, 1, st), true;
+    if (p.xa.q && f == Fmt::I8)
+      return launch<Fmt::I8, 1, 1, false, false, ROPE, NORM, 32>(p, n_tiles, 1, st), true;
+    if (p.xa.q && f == Fmt::U4)
+      return launch<Fmt::U4, 1, 1, false, false, ROPE, NORM, 32>(p, n_tiles, 1, st), true;
+  }
+  switch (f) {
     case Fmt::BF16:
       launch<Fmt::BF16, 1, 1, false, false, ROPE, NORM>(p, n_tiles, 1, st);
       return true;
@@ -586,6 +670,22 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
     default:
       return false;
   }
+}
+
+std::atomic<int> g_int{-1};  // -1: WICK_CUDA_INT_MMA not read yet
+
+// Integer products load a chunk's scales (mins) of a row as one vector:
+// 16-byte aligned arrays (each its own allocation, prepare_matrix).
+void check_int_weight(const GpuWeight& w) {
+  if ((reinterpret_cast<uintptr_t>(w.scale) | reinterpret_cast<uintptr_t>(w.min)) % 16)
+    throw std::logic_error("matmul: integer products need 16-byte aligned scales");
+}
+
+// x in integer form for products of w (int_path), in xb.
+IntAct int_act(const GpuWeight& w, const float* x, int M, void* xb, cudaStream_t st) {
+  if (!xb) throw std::logic_error("matmul: integer products need the scratch buffer");
+  check_int_weight(w);
+  return quantize_act(x, M, w.n_in, w.k_pad, w.fmt == Fmt::U4, xb, st);
 }
 
 }  // namespace
@@ -608,6 +708,12 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
       ++start;
     }
     p.kw = kw_for_launch(jobs + first, p.n_jobs);
+    if (int_path(w0)) {  // one kernel for every batch size
+      for (int j = 0; j < p.n_jobs; ++j) check_int_weight(p.jobs[j].w);
+      p.xa = int_act(w0, x, M, xb, st);
+      dispatch<false, false>(p, 0, st);
+      continue;
+    }
     TiledProblem t{jobs + first, p.n_jobs};
     t.x = x;
     t.M = M;
@@ -618,7 +724,7 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
 }
 
 bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
-                        cudaStream_t st) {
+                        void* xb, cudaStream_t st) {
   static const bool on = env_flag("WICK_CUDA_FUSE_ROPE", true);  // 0: two kernels (measuring)
   if (!on || M < 1 || M > 16 || matmul_path() == MatmulPath::Tiled) return false;
   const GpuWeight &wq = *jobs[0].w, &wk = *jobs[1].w, &wv = *jobs[2].w;
@@ -636,6 +742,12 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
     if (!same_layout(w, wq)) return false;
     p.jobs[j] = Job{w, jobs[j].y, jobs[j].bias, n_tiles};
     n_tiles += ceil_div(w.n_out, 8);
+  }
+  if (int_path(wq)) {
+    if (!xb) return false;
+    check_int_weight(wk);
+    check_int_weight(wv);
+    p.xa = int_act(wq, x, M, xb, st);
   }
   return launch_fused<true, false>(p, n_tiles, st);
 }
@@ -671,6 +783,22 @@ void set_fuse_norm(bool on) {
   g_fuse_norm = on ? 1 : 0;
 }
 
+bool int_products() {
+  if (g_int.load() < 0) {
+    int unread = -1;
+    g_int.compare_exchange_strong(unread, env_flag("WICK_CUDA_INT_MMA", false) ? 1 : 0);
+  }
+  return g_int.load() == 1;
+}
+
+void set_int_products(bool on) {
+  g_int = on ? 1 : 0;
+}
+
+bool int_path(const GpuWeight& w) {
+  return (w.fmt == Fmt::I8 || w.fmt == Fmt::U4) && int_products();
+}
+
 bool fuse_norm() {
   if (g_fuse_norm.load() < 0) {
     int unread = -1;
@@ -683,7 +811,7 @@ bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddN
                         cudaStream_t st) {
   if (M != 1 || !fuse_norm() || matmul_path() == MatmulPath::Tiled) return false;
   const GpuWeight& w = *job.w;
-  if (w.fmt == Fmt::F32 || job.bias || !a.counter) return false;
+  if (w.fmt == Fmt::F32 || job.bias || !a.counter || int_path(w)) return false;
   Params p = params_for(w, in, 1);
   p.n_jobs = 1;
   p.jobs[0] = Job{w, job.y, nullptr, 0};
@@ -708,6 +836,11 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   p.n_in = gate.n_in;
   p.k_pad = gate.k_pad;
   p.kw = kw_for(gate);
+  if (int_path(gate)) {
+    check_int_weight(up);
+    p.xa = int_act(gate, x, M, xb, st);
+    return dispatch<true, false>(p, 0, st);
+  }
   const MatmulJob job{&gate, nullptr, nullptr};
   TiledProblem t{&job, 1, &up, out, x, M, p.kw, xb};
   if (!matmul_tiled(t, st)) dispatch<true, false>(p, 0, st);

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_common.cuh"
+#include "backend/cuda/matmul_int.cuh"
 #include "backend/cuda/matmul_tiled.h"
 
 namespace wick::cuda {
@@ -316,7 +317,8 @@ void set_matmul_path(MatmulPath path) {
 }
 
 size_t matmul_scratch_bytes(int M, int k_pad) {
-  return size_t(std::max(M, 0)) * size_t(k_pad) * 2;
+  // the bf16 copy of x, or its integer form (int_path)
+  return std::max(size_t(std::max(M, 0)) * size_t(k_pad) * 2, int_act_bytes(M, k_pad));
 }
 
 MatmulPath matmul_path() {

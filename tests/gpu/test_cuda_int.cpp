@@ -1,0 +1,219 @@
+// Integer products of 8- and 4-bit weights (WICK_CUDA_INT_MMA, matmul_int.cuh)
+// against the CPU, and their bits across batch sizes and launch shapes.
+//
+// Tolerance: |gpu - ref| <= 1e-4 * sum |w x| per element, ref the float64
+// product of the CPU's dequantized weights. The activations' two int8
+// levels are within d / 512 of x (d = a block's largest / 127): for randn x
+// about 5e-5 of sum |w x| if every error had one sign; bf16 activations
+// would need 8e-3.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "gpu/gpu_helpers.h"
+#include "io/quant_blocks.h"
+#include "random_weight.h"
+
+namespace wick::test {
+namespace {
+
+// Integer products on (or off) for a scope.
+struct IntProducts {
+  bool was = cuda::int_products();
+  explicit IntProducts(bool on) { cuda::set_int_products(on); }
+  ~IntProducts() { cuda::set_int_products(was); }
+};
+
+class CudaMatmulInt : public ::testing::TestWithParam<DType> {};
+
+// Every type's products within the tolerance, at odd row counts (a tile
+// partly past n_out) and k of one to ten blocks; a row's bits the same
+// alone, among 16 or 33 rows and among 100 (decode and prefill tiles).
+TEST_P(CudaMatmulInt, MatchesCpuAndIsBatchInvariant) {
+  WICK_REQUIRE_GPU();
+  const DType t = GetParam();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(23 + unsigned(t));
+  for (int64_t n_in : {256, 512, 2560})
+    for (int64_t n_out : {1, 37, 300}) {
+      if (n_in % traits(t).block_size) continue;
+      auto wb = random_weight(t, n_out, n_in, rng);
+      const Weight host{t, n_out, n_in, wb.data()};
+      const Weight w = be->prepare_matrix(host);
+      ASSERT_TRUE(cuda::int_path(*static_cast<const cuda::GpuWeight*>(w.aux)));
+      const int64_t n_rows = 100;
+      auto x = randn(size_t(n_rows * n_in), rng);
+      for (int64_t i = 0; i < n_in; i += 37) x[size_t(i)] = 0.f;   // zeros, and a zero block:
+      for (int64_t i = 0; i < 32; ++i) x[size_t(n_in + i)] = 0.f;  // d = 0
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
+      be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+      const auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
+      std::vector<float> row(static_cast<size_t>(n_in));
+      double worst = 0;
+      for (int64_t o = 0; o < n_out; ++o) {
+        dequantize_row_ref(t, host.row(o), row.data(), n_in);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < n_in; ++i) {
+            const double p = double(row[size_t(i)]) * x[size_t(r * n_in + i)];
+            ref += p;
+            mag += std::fabs(p);
+          }
+          const double err = std::fabs(y[size_t(r * n_out + o)] - ref) / (mag + 1e-30);
+          worst = std::max(worst, err);
+          ASSERT_LE(err, 1e-4) << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " row "
+                               << r << " col " << o << " gpu " << y[size_t(r * n_out + o)]
+                               << " ref " << ref;
+        }
+      }
+      for (int64_t m : {1, 5, 16, 33}) {
+        Buffer dy1 = be->alloc(size_t(m * n_out) * 4);
+        be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
+        const auto y1 = to_host<float>(*be, dy1, size_t(m * n_out));
+        for (int64_t i = 0; i < m * n_out; ++i)
+          ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
+              << dtype_name(t) << " n_in " << n_in << ": " << m << " rows differ from 100 rows";
+      }
+      RecordProperty(std::string(dtype_name(t)) + "_" + std::to_string(n_in) + "_" +
+                         std::to_string(n_out) + "_worst",
+                     std::to_string(worst));
+      be->release_matrix(w);
+    }
+}
+
+// Groups of 32 8-bit (Q8_0, Q5_*, IQ4_*), of 16 (Q6_K, Q2_K, Q3_K), 4-bit
+// (Q4_0, Q4_1, Q4_K); with and without a min term.
+INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMatmulInt,
+                         ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                                           DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                           DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The launches that share x: q/k/v and gate/up equal their separate
+// products bit for bit, and so do q/k/v with RoPE and the K/V write in the
+// epilogue (decode batches) against the products then rope_kv_write.
+TEST(CudaMatmulIntFused, LaunchesEqualSeparateProducts) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(31);
+  const int64_t D = 512, F = 768, hd = 64, n_head = D / hd, n_head_kv = 2, kv_dim = n_head_kv * hd;
+  for (DType t : {DType::Q8_0, DType::Q6_K, DType::Q4_0})
+    for (int64_t n_rows : {1, 7, 16, 20}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(n_rows));
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<Weight> w;
+      for (int64_t n_out : {D, kv_dim, kv_dim, F, F}) {
+        bytes.push_back(random_weight(t, n_out, D, rng));
+        w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
+      }
+      auto x = randn(size_t(n_rows * D), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      auto out = [&](int64_t n) { return be->alloc(size_t(n_rows * n) * 4); };
+      // q/k/v in one launch against each alone
+      Buffer q = out(D), k = out(kv_dim), v = out(kv_dim), q1 = out(D), k1 = out(kv_dim);
+      const Weight* ws[3] = {&w[0], &w[1], &w[2]};
+      const float* no_bias[3] = {nullptr, nullptr, nullptr};
+      float* qkv[3] = {q.as<float>(), k.as<float>(), v.as<float>()};
+      be->matmul_qkv(ws, no_bias, dx.as<float>(), n_rows, qkv);
+      be->matmul(w[0], dx.as<float>(), n_rows, q1.as<float>());
+      be->matmul(w[1], dx.as<float>(), n_rows, k1.as<float>());
+      EXPECT_EQ(to_host<float>(*be, q, size_t(n_rows * D)),
+                to_host<float>(*be, q1, size_t(n_rows * D)));
+      EXPECT_EQ(to_host<float>(*be, k, size_t(n_rows * kv_dim)),
+                to_host<float>(*be, k1, size_t(n_rows * kv_dim)));
+      // gate/up against silu(gate) * up
+      Buffer g = out(F), u = out(F), g1 = out(F), u1 = out(F);
+      be->matmul_gate_up(w[3], w[4], dx.as<float>(), n_rows, g.as<float>(), u.as<float>());
+      be->matmul(w[3], dx.as<float>(), n_rows, g1.as<float>());
+      be->matmul(w[4], dx.as<float>(), n_rows, u1.as<float>());
+      be->silu_mul(g1.as<float>(), u1.as<float>(), n_rows * F);
+      EXPECT_EQ(to_host<float>(*be, g, size_t(n_rows * F)),
+                to_host<float>(*be, g1, size_t(n_rows * F)));
+      // q/k/v with RoPE and the cache write fused, against the two steps
+      Batch b;
+      b.block_tables = {{3, 1, 0, 2}};
+      for (int64_t i = 0; i < n_rows; ++i) b.add(1, int32_t(2 * i + 1), 0, false);
+      b.finish(16);
+      const BatchArgs a = be->upload(b);
+      std::vector<float> inv(static_cast<size_t>(hd / 2));
+      for (int64_t i = 0; i < hd / 2; ++i)
+        inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+      Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
+      const AttnShape shape{n_head, n_head_kv, hd, 0, dinv.as<float>()};
+      auto sep_kv = be->make_kv(1, 4, 16, kv_dim), fused_kv = be->make_kv(1, 4, 16, kv_dim);
+      for (auto* kv : {sep_kv.get(), fused_kv.get()}) {
+        const std::vector<uint8_t> zero(kv->layer_bytes(), 0);
+        be->copy_to_device(kv->k.data(), zero.data(), zero.size());
+        be->copy_to_device(kv->v.data(), zero.data(), zero.size());
+      }
+      be->rope_kv_write(q1.as<float>(), k1.as<float>(), v.as<float>(), *sep_kv, 0, a, shape,
+                        dinv.as<float>());
+      Buffer q2 = out(D), k2 = out(kv_dim), v2 = out(kv_dim);
+      cuda::MatmulJob jobs[3];
+      float* outs[3] = {q2.as<float>(), k2.as<float>(), v2.as<float>()};
+      for (int j = 0; j < 3; ++j)
+        jobs[j] = {static_cast<const cuda::GpuWeight*>(w[size_t(j)].aux), outs[j], nullptr};
+      cuda::RopeKv r;
+      r.pos = a.rope_pos;
+      r.slots = a.slots;
+      r.inv_freq = dinv.as<float>();
+      r.k_cache = fused_kv->k_layer<void>(0);
+      r.v_cache = fused_kv->v_layer<void>(0);
+      r.cache_f16 = fused_kv->dtype == DType::F16;
+      r.head_dim = int(hd);
+      Buffer xb = be->alloc(cuda::matmul_scratch_bytes(int(n_rows), jobs[0].w->k_pad));
+      be->sync();
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+      // without the scratch for x's integer form it declines
+      EXPECT_FALSE(cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, nullptr, st));
+      const bool took =
+          cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, xb.data(), st);
+      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      cudaStreamDestroy(st);
+      EXPECT_EQ(took, n_rows <= 16);
+      if (took) {
+        EXPECT_EQ(to_host<float>(*be, q2, size_t(n_rows * D)),
+                  to_host<float>(*be, q1, size_t(n_rows * D)));
+        EXPECT_EQ(to_host<float>(*be, k2, size_t(n_rows * kv_dim)),
+                  to_host<float>(*be, k1, size_t(n_rows * kv_dim)));
+        EXPECT_EQ(to_host<float>(*be, v2, size_t(n_rows * kv_dim)),
+                  to_host<float>(*be, v, size_t(n_rows * kv_dim)));
+        const size_t n = sep_kv->layer_bytes();
+        EXPECT_EQ(to_host<uint8_t>(*be, fused_kv->k, n), to_host<uint8_t>(*be, sep_kv->k, n));
+        EXPECT_EQ(to_host<uint8_t>(*be, fused_kv->v, n), to_host<uint8_t>(*be, sep_kv->v, n));
+      }
+      for (auto& wi : w) be->release_matrix(wi);
+    }
+}
+
+// Off, the same weights take bf16 products again (the switch holds for
+// every later product): the two differ by about bf16's rounding.
+TEST(CudaMatmulIntSwitch, OffGivesBf16Products) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  std::mt19937 rng(3);
+  const int64_t n_in = 1024, n_out = 64, n_rows = 3;
+  auto wb = random_weight(DType::Q8_0, n_out, n_in, rng);
+  const Weight w = be->prepare_matrix(Weight{DType::Q8_0, n_out, n_in, wb.data()});
+  auto x = randn(size_t(n_rows * n_in), rng);
+  Buffer dx = to_device(*be, x.data(), x.size() * 4);
+  auto product = [&](bool on) {
+    IntProducts scope(on);
+    Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
+    be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+    return to_host<float>(*be, dy, size_t(n_rows * n_out));
+  };
+  const auto integer = product(true), bf16 = product(false), again = product(true);
+  EXPECT_EQ(integer, again);
+  EXPECT_NE(integer, bf16);
+  for (size_t i = 0; i < integer.size(); ++i)
+    EXPECT_NEAR(integer[i], bf16[i], 0.05 * (1 + std::fabs(integer[i]))) << i;
+}
+
+}  // namespace
+}  // namespace wick::test
