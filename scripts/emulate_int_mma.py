@@ -69,7 +69,7 @@ def imma(Aregs,Bregs,k):
     C=A@B
     return [[C[lane>>2,2*(lane&3)],C[lane>>2,2*(lane&3)+1],C[(lane>>2)+8,2*(lane&3)],C[(lane>>2)+8,2*(lane&3)+1]] for lane in range(32)]
 
-def run(fmt, G, has_min, M=16, n_in=256):
+def run(fmt, G, has_min, M=16, n_in=256, min8=False):
     global Bu8
     Bu8 = fmt=='U4'
     E=32 if fmt=='U4' else 16; KC=4*E; k_pad=((n_in+KC-1)//KC)*KC
@@ -79,6 +79,7 @@ def run(fmt, G, has_min, M=16, n_in=256):
     qv[:,n_in:]=0
     scale=rng.uniform(0.01,0.1,(n_out,k_pad//G)).astype(np.float32)
     mn=(rng.uniform(-0.5,0.5,(n_out,k_pad//G)).astype(np.float32) if has_min else np.zeros((n_out,k_pad//G),np.float32))
+    if min8: mn=(8*scale).astype(np.float32)  # Q4_0: not stored, folded into the integer sum
     wdeq=np.array([[float(np.float32(np.float32(qv[o,k]*scale[o,k//G])-mn[o,k//G])) for k in range(k_pad)] for o in range(n_out)])
     # stored rows
     if fmt=='U4':
@@ -154,11 +155,11 @@ def run(fmt, G, has_min, M=16, n_in=256):
                     h,j=i//2,i%2
                     row=min(g+8*h,M-1)
                     dx=xd[row,ch*N32+q32]
-                    v=np.float32(c1[l][i]*256+c2[l][i])
+                    s16=xs[row,ch*2*N32:ch*2*N32+2*N32]
+                    xsum=s16[q] if G==16 else s16[2*q]+s16[2*q+1]
+                    v=np.float32(c1[l][i]*256+c2[l][i]-(8*xsum if min8 else 0))
                     acc[l,i]=np.float32(acc[l,i]+np.float32(v*np.float32(dx*sc[j])))
-                    if has_min:
-                        s16=xs[row,ch*2*N32:ch*2*N32+2*N32]
-                        xsum=s16[q] if G==16 else s16[2*q]+s16[2*q+1]
+                    if has_min and not min8:
                         acc[l,i]=np.float32(acc[l,i]-np.float32(mm[j]*np.float32(np.float32(xsum)*dx)))
     # compare: C element (row g+8h, col 2c+j) = sum_k wdeq[col,k]*xhat[row,k]
     worst=0
@@ -171,10 +172,11 @@ def run(fmt, G, has_min, M=16, n_in=256):
             worst=max(worst,abs(acc[l,i]-ref)/mag)
     # also vs the exact x
     err_x=max(abs((wdeq[c2_%8,:n_in]@x[r])- (wdeq[c2_%8]@xhat[r]))/np.abs(wdeq[c2_%8,:n_in]*x[r]).sum() for r in range(M) for c2_ in range(8))
-    print(fmt,G,'min' if has_min else '', 'M',M,'worst vs xhat',worst,'xhat vs x',err_x)
+    print(fmt,G,'min8' if min8 else 'min' if has_min else '', 'M',M,'worst vs xhat',worst,'xhat vs x',err_x)
     assert worst<1e-5, worst
 
 for fmt,G,mnf in [('I8',32,False),('I8',32,True),('I8',16,False),('I8',16,True),('U4',32,True),('U4',32,False)]:
     run(fmt,G,mnf,M=16,n_in=256)
 run('I8',32,False,M=3,n_in=200)
 run('U4',32,True,M=1,n_in=200)
+run('U4',32,True,M=5,n_in=256,min8=True)

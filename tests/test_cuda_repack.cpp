@@ -34,5 +34,23 @@ TEST(CudaRepack, ValuesEqualCpuDequantization) {
   }
 }
 
+// Q4_0's min is 8 d in every group: not stored, the kernels compute it
+// (min8); a type whose mins are its own (Q4_1, Q4_K) keeps them, and one
+// without (Q8_0) has neither.
+TEST(CudaRepack, Q4_0MinIsComputedNotStored) {
+  std::mt19937 rng(3);
+  struct Want {
+    DType t;
+    bool stored, min8;
+  };
+  for (Want c : {Want{DType::Q4_0, false, true}, Want{DType::Q4_1, true, false},
+                 Want{DType::Q4_K, true, false}, Want{DType::Q8_0, false, false}}) {
+    auto wb = random_weight(c.t, 5, 256, rng);
+    const cuda::Repacked r = cuda::repack(Weight{c.t, 5, 256, wb.data()}, false);
+    EXPECT_EQ(!r.min.empty(), c.stored) << dtype_name(c.t);
+    EXPECT_EQ(r.min8, c.min8) << dtype_name(c.t);
+  }
+}
+
 }  // namespace
 }  // namespace wick::test

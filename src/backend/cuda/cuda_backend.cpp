@@ -186,6 +186,7 @@ class CudaBackend final : public Backend {
       g.scale = static_cast<const float*>(upload_owned(r.scale.data(), r.scale.size() * 4));
     if (!r.min.empty())
       g.min = static_cast<const float*>(upload_owned(r.min.data(), r.min.size() * 4));
+    g.min8 = r.min8;
     Weight w = host;
     w.data = g.q;
     w.aux = &g;

@@ -43,13 +43,13 @@ __device__ float weight_at(const GpuWeight& w, int row, int i) {
     case Fmt::I8: {
       const size_t gi = group_index(w, row, i);
       const float q = float(static_cast<const int8_t*>(w.q)[base + i]);
-      return dq(q, w.scale[gi], w.min ? w.min[gi] : 0.f);
+      return dq(q, w.scale[gi], group_min(w, gi, w.scale[gi]));
     }
     default: {  // U4
       const size_t gi = group_index(w, row, i);
       const uint8_t byte = static_cast<const uint8_t*>(w.q)[(base + i) / 2];
       const float q = float(i % 2 ? byte >> 4 : byte & 15);
-      return dq(q, w.scale[gi], w.min ? w.min[gi] : 0.f);
+      return dq(q, w.scale[gi], group_min(w, gi, w.scale[gi]));
     }
   }
 }

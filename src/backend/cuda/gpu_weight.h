@@ -9,7 +9,8 @@
 //                    its low and high nibble), w = q * scale - min per group
 //                    of 32 (Q4_0, Q4_1, Q4_K).
 // The scale and min of a group are f32, computed on the host so that
-// q * scale - min gives exactly the value the CPU dequantizes.
+// q * scale - min gives exactly the value the CPU dequantizes; where every
+// min is 8 * scale (Q4_0), the kernels compute it (group_min) instead.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,8 @@ struct GpuWeight {
   int32_t group = 0;             // I8/U4: elements per scale, a power of two
   const void* q = nullptr;       // [n_out][k_pad] elements of the layout's type
   const float* scale = nullptr;  // I8/U4: [n_out][k_pad / group]
-  const float* min = nullptr;    // I8/U4: [n_out][k_pad / group], or null when all zero
+  const float* min = nullptr;    // I8/U4: [n_out][k_pad / group], or null when all zero or min8
+  bool min8 = false;             // I8/U4: every min is 8 * its scale (Q4_0's), not stored
 };
 
 // Elements one lane loads with one 16-byte load; a warp step covers 4 lanes'

@@ -93,7 +93,7 @@ __device__ __forceinline__ void fetch_b(const GpuWeight& w, int row_g, int k, Ra
           if (w.min) prefetch_l1(w.min + gi);
         } else {
           r[nt].s = __ldg(w.scale + gi);
-          r[nt].m = w.min ? __ldg(w.min + gi) : 0.f;
+          r[nt].m = group_min(w, gi, r[nt].s);
         }
       }
     }
@@ -231,6 +231,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
       const GpuWeight& Wa = a == 0 ? W : U;
       cols.scale[a] = Wa.scale;
       cols.min[a] = Wa.min;
+      cols.min8[a] = Wa.min8;
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)

@@ -19,6 +19,12 @@ __device__ __forceinline__ size_t group_index(const GpuWeight& w, int row, int k
   return size_t(row) * size_t(w.k_pad >> shift) + size_t(k >> shift);
 }
 
+// The min of group gi of w, whose scale is s: stored, 8 s (min8: Q4_0's,
+// the stored value's bits), or none.
+__device__ __forceinline__ float group_min(const GpuWeight& w, size_t gi, float s) {
+  return w.min ? __ldg(w.min + gi) : w.min8 ? 8.f * s : 0.f;
+}
+
 // Signed byte i of a word, given with every byte's sign bit flipped (q +
 // 128), as a float without the SM's conversion unit (16 a clock, with the
 // bf16 packing the 8-bit products' limit): it becomes the low byte of the

@@ -134,12 +134,13 @@ __device__ __forceinline__ void int_fragments(
 }
 
 // The scales and mins of a lane's output columns 2c, 2c + 1 in each 8-row
-// tile (weights [n_out][k_pad / group]; min null: none): off, each column's
-// row times the groups a row.
+// tile (weights [n_out][k_pad / group]; min null: none, or 8 scale where
+// min8): off, each column's row times the groups a row.
 template <int NACC, int NT>
 struct IntCols {
   const float* scale[NACC];
   const float* min[NACC];
+  bool min8[NACC];
   int off[NT][2];
 };
 
@@ -190,9 +191,15 @@ __device__ __forceinline__ void int_chunk(
   using S = IntShape<F, IG>;
   constexpr int NG = S::NG, NB = S::NB, N32 = S::N32;
   constexpr bool kU8 = F == Fmt::U4;
-  bool has_min[NACC], any_min = false;
+  // weights with a stored min, or with min 8 scale (Q4_0: folded into the
+  // integer sum, sum (q - 8) x); either needs x's 16-sums
+  bool has_min[NACC], min8[NACC], any_min = false;
 #pragma unroll
-  for (int a = 0; a < NACC; ++a) any_min |= has_min[a] = cols.min[a] != nullptr;
+  for (int a = 0; a < NACC; ++a) {
+    has_min[a] = cols.min[a] != nullptr;
+    min8[a] = cols.min8[a];
+    any_min |= has_min[a] || min8[a];
+  }
   // the chunk's scales (and mins) of the lane's output columns: NG a column
   float sc[NACC][NT][2][NG], mn[NACC][NT][2][NG];
 #pragma unroll
@@ -259,14 +266,13 @@ __device__ __forceinline__ void int_chunk(
           for (int i = 0; i < 4; ++i) {
             if (i >= 2 && !rows8[mt]) continue;  // rows nobody reads
             const int h = i / 2, j = i % 2;
-            // |256 c1 + c2| < 2^27: one rounding (6e-8) at most
-            const float v = __int2float_rn(c1[i] * 256 + c2[i]);
+            const int xs = IG == 16 ? s16[h][q] : s16[h][2 * q] + s16[h][2 * q + 1];
+            // |256 c1 + c2 (- 8 xs)| < 2^28: one rounding (6e-8) at most
+            const int sum = c1[i] * 256 + c2[i] - (min8[a] ? 8 * xs : 0);
             float& out = acc[a][mt][nt][i];
-            out = __fmaf_rn(v, __fmul_rn(dx[h][q32], sc[a][nt][j][q]), out);
-            if (has_min[a]) {
-              const int xs = IG == 16 ? s16[h][q] : s16[h][2 * q] + s16[h][2 * q + 1];
+            out = __fmaf_rn(__int2float_rn(sum), __fmul_rn(dx[h][q32], sc[a][nt][j][q]), out);
+            if (has_min[a])
               out = __fmaf_rn(-mn[a][nt][j][q], __fmul_rn(__int2float_rn(xs), dx[h][q32]), out);
-            }
           }
         }
     }

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
             if (n < Wa.n_out) {
               const size_t gi = group_index(Wa, n, k);
               sc = __ldg(Wa.scale + gi);
-              mn = Wa.min ? __ldg(Wa.min + gi) : 0.f;
+              mn = group_min(Wa, gi, sc);
             }
           }
           decode<F>(raw, sc, mn, b[a][nt]);

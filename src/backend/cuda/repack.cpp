@@ -177,7 +177,11 @@ void repack_int(const Weight& w, Repacked& r, int block_elems, int group, bool n
       }
     }
   }
-  if (!any_min) r.min.clear();
+  // Q4_0's min is 8 d: the kernels compute it rather than read 4 more bytes a group
+  bool min8 = any_min;
+  for (size_t i = 0; min8 && i < r.min.size(); ++i) min8 = r.min[i] == 8.f * r.scale[i];
+  r.min8 = min8;
+  if (!any_min || min8) r.min.clear();
 }
 
 template <typename T>
@@ -286,7 +290,7 @@ float repacked_value(const Repacked& r, int64_t row, int64_t i) {
         const uint8_t byte = r.q[size_t((row * r.k_pad + i) / 2)];
         q = float(i % 2 ? byte >> 4 : byte & 15);
       }
-      const float m = r.min.empty() ? 0.f : r.min[size_t(gi)];
+      const float m = r.min8 ? 8.f * r.scale[size_t(gi)] : r.min.empty() ? 0.f : r.min[size_t(gi)];
       // two roundings, as the kernels' __fmul_rn / __fsub_rn
       volatile float prod = q * r.scale[size_t(gi)];
       return prod - m;

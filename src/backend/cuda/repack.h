@@ -15,7 +15,8 @@ struct Repacked {
   int32_t n_out = 0, n_in = 0, k_pad = 0, group = 0;
   std::vector<uint8_t> q;    // [n_out][k_pad] elements of fmt
   std::vector<float> scale;  // I8/U4: [n_out][k_pad / group]
-  std::vector<float> min;    // I8/U4, or empty when every min is zero
+  std::vector<float> min;    // I8/U4, or empty when every min is zero or min8
+  bool min8 = false;         // every min is 8 times its scale (Q4_0's): min not stored
 };
 
 // keep_f32: f32 stays f32 (else it becomes bf16). Throws std::invalid_argument
