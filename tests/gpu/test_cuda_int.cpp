@@ -29,7 +29,7 @@ class CudaMatmulInt : public ::testing::TestWithParam<DType> {};
 
 // Every type's products within the tolerance, at odd row counts (a tile
 // partly past n_out) and k of one to ten blocks; a row's bits the same
-// alone, among 16 or 33 rows and among 100 (decode and prefill tiles).
+// alone, among 5, 16 or 33 rows and among 100 (decode and prefill tiles).
 TEST_P(CudaMatmulInt, MatchesCpuAndIsBatchInvariant) {
   WICK_REQUIRE_GPU();
   const DType t = GetParam();
@@ -51,35 +51,14 @@ TEST_P(CudaMatmulInt, MatchesCpuAndIsBatchInvariant) {
       Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
       be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
       const auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
-      std::vector<float> row(static_cast<size_t>(n_in));
-      double worst = 0;
-      for (int64_t o = 0; o < n_out; ++o) {
-        dequantize_row_ref(t, host.row(o), row.data(), n_in);
-        for (int64_t r = 0; r < n_rows; ++r) {
-          double ref = 0, mag = 0;
-          for (int64_t i = 0; i < n_in; ++i) {
-            const double p = double(row[size_t(i)]) * x[size_t(r * n_in + i)];
-            ref += p;
-            mag += std::fabs(p);
-          }
-          const double err = std::fabs(y[size_t(r * n_out + o)] - ref) / (mag + 1e-30);
-          worst = std::max(worst, err);
-          ASSERT_LE(err, 1e-4) << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " row "
-                               << r << " col " << o << " gpu " << y[size_t(r * n_out + o)]
-                               << " ref " << ref;
-        }
-      }
-      for (int64_t m : {1, 5, 16, 33}) {
-        Buffer dy1 = be->alloc(size_t(m * n_out) * 4);
-        be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
-        const auto y1 = to_host<float>(*be, dy1, size_t(m * n_out));
-        for (int64_t i = 0; i < m * n_out; ++i)
-          ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
-              << dtype_name(t) << " n_in " << n_in << ": " << m << " rows differ from 100 rows";
-      }
+      const ProductError e = product_error(host, x, n_rows, y);
+      ASSERT_LE(e.worst, 1e-4) << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " row "
+                               << e.row << " col " << e.col << " gpu " << e.got << " ref " << e.ref;
+      expect_rows_alone_equal(*be, w, dx, n_in, y, {1, 5, 16, 33},
+                              std::string(dtype_name(t)) + " n_in " + std::to_string(n_in));
       RecordProperty(std::string(dtype_name(t)) + "_" + std::to_string(n_in) + "_" +
                          std::to_string(n_out) + "_worst",
-                     std::to_string(worst));
+                     std::to_string(e.worst));
       be->release_matrix(w);
     }
 }
@@ -139,9 +118,7 @@ TEST(CudaMatmulIntFused, LaunchesEqualSeparateProducts) {
       for (int64_t i = 0; i < n_rows; ++i) b.add(1, int32_t(2 * i + 1), 0, false);
       b.finish(16);
       const BatchArgs a = be->upload(b);
-      std::vector<float> inv(static_cast<size_t>(hd / 2));
-      for (int64_t i = 0; i < hd / 2; ++i)
-        inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+      const std::vector<float> inv = rope_inv_freq(hd);
       Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
       const AttnShape shape{n_head, n_head_kv, hd, 0, dinv.as<float>()};
       auto sep_kv = be->make_kv(1, 4, 16, kv_dim), fused_kv = be->make_kv(1, 4, 16, kv_dim);

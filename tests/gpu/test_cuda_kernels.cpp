@@ -49,36 +49,16 @@ TEST_P(CudaMatmul, MatchesCpuAndIsBatchInvariant) {
       Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
       be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
       auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
-      std::vector<float> row(static_cast<size_t>(n_in));
-      double worst = 0;
-      for (int64_t o = 0; o < n_out; ++o) {
-        dequantize_row_ref(t, host.row(o), row.data(), n_in);
-        for (int64_t r = 0; r < n_rows; ++r) {
-          double ref = 0, mag = 0;
-          for (int64_t i = 0; i < n_in; ++i) {
-            const double p = double(row[size_t(i)]) * x[size_t(r * n_in + i)];
-            ref += p;
-            mag += std::fabs(p);
-          }
-          const double err = std::fabs(y[size_t(r * n_out + o)] - ref) / (mag + 1e-30);
-          worst = std::max(worst, err);
-          ASSERT_LE(err, f32 ? 1e-5 : 8e-3)
-              << dtype_name(t) << " n_in " << n_in << " row " << r << " col " << o << " gpu "
-              << y[size_t(r * n_out + o)] << " ref " << ref;
-        }
-      }
+      const ProductError e = product_error(host, x, n_rows, y);
+      ASSERT_LE(e.worst, f32 ? 1e-5 : 8e-3)
+          << dtype_name(t) << " n_in " << n_in << " row " << e.row << " col " << e.col << " gpu "
+          << e.got << " ref " << e.ref;
       // batch invariance: rows alone, and 16 or 33 rows, give the same bits
-      for (int64_t m : {1, 16, 33}) {
-        Buffer dy1 = be->alloc(size_t(m * n_out) * 4);
-        be->matmul(w, dx.as<float>() + 50 * n_in, m, dy1.as<float>());
-        auto y1 = to_host<float>(*be, dy1, size_t(m * n_out));
-        for (int64_t i = 0; i < m * n_out; ++i)
-          ASSERT_EQ(y1[size_t(i)], y[size_t(50 * n_out + i)])
-              << dtype_name(t) << " n_in " << n_in << ": " << m << " rows differ from 100 rows";
-      }
+      expect_rows_alone_equal(*be, w, dx, n_in, y, {1, 16, 33},
+                              std::string(dtype_name(t)) + " n_in " + std::to_string(n_in));
       RecordProperty(std::string(dtype_name(t)) + "_" + std::to_string(n_in) + "_" +
                          std::to_string(n_out) + "_worst",
-                     std::to_string(worst));
+                     std::to_string(e.worst));
     }
 }
 
@@ -506,9 +486,7 @@ TEST(CudaElementwise, NormsRopeAddSiluMatchCpu) {
   for (int64_t hd : {16, 64, 128}) {
     const int64_t rows = 5, heads = 3;
     auto x = randn(size_t(rows * heads * hd), rng);
-    std::vector<float> inv(static_cast<size_t>(hd / 2));
-    for (int64_t i = 0; i < hd / 2; ++i)
-      inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+    const std::vector<float> inv = rope_inv_freq(hd);
     Batch b;
     b.block_tables = {{0, 1, 2, 3, 4, 5, 6, 7}};
     const std::vector<int32_t> pos{0, 1, 17, 100, 127};
@@ -667,9 +645,7 @@ TEST(CudaAttention, PreRopeKeysThroughHolesMatchCpu) {
             for (int64_t i = 0; i < kv_dim; ++i) kh[at + size_t(i)] *= 30.f;
           }
       load_kv(*be, std::move(kh), std::move(vh), f32, *cpu_kv, *gpu_kv);
-      std::vector<float> inv(static_cast<size_t>(hd / 2));
-      for (int64_t i = 0; i < hd / 2; ++i)
-        inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+      const std::vector<float> inv = rope_inv_freq(hd);
       Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
       // (sequence, positions): holes in the batch only where a token of sequence 0 is
       auto make_batch = [&](const std::vector<std::pair<int, std::vector<int32_t>>>& parts) {
@@ -753,9 +729,7 @@ TEST(CudaKv, RopeAndWriteMatchCpu) {
   b.finish(16);
   auto q = randn(size_t(3 * n_head * hd), rng), k = randn(size_t(3 * kv_dim), rng),
        v = randn(size_t(3 * kv_dim), rng);
-  std::vector<float> inv(static_cast<size_t>(hd / 2));
-  for (int64_t i = 0; i < hd / 2; ++i)
-    inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+  const std::vector<float> inv = rope_inv_freq(hd);
   auto kv = be->make_kv(1, 4, 16, kv_dim);
   const BatchArgs a = be->upload(b);
   Buffer dq = to_device(*be, q.data(), q.size() * 4), dk = to_device(*be, k.data(), k.size() * 4),
@@ -823,9 +797,7 @@ TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
                 b.add(1, int32_t(3 * (i / 2) + 7 * (i % 2)), int32_t(i % 2), false);
               b.finish(int32_t(bs));
               const BatchArgs a = be->upload(b);
-              std::vector<float> inv(static_cast<size_t>(hd / 2));
-              for (int64_t i = 0; i < hd / 2; ++i)
-                inv[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(hd));
+              const std::vector<float> inv = rope_inv_freq(hd);
               Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
               const AttnShape shape{n_head, n_head_kv, hd, 0, dinv.as<float>()};
               auto x = randn(size_t(n_rows * D), rng);
