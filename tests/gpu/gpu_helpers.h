@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
 #include "io/dtype.h"
 
 namespace wick::test {
@@ -95,6 +96,13 @@ inline void expect_rows_alone_equal(Backend& be, const Weight& w, const Buffer& 
       }
   }
 }
+
+// Integer products of 8/4-bit weights (WICK_CUDA_INT_MMA) on or off for a scope.
+struct IntProducts {
+  bool was = cuda::int_products();
+  explicit IntProducts(bool on) { cuda::set_int_products(on); }
+  ~IntProducts() { cuda::set_int_products(was); }
+};
 
 // RoPE's inverse frequencies for heads of hd (theta 10,000).
 inline std::vector<float> rope_inv_freq(int64_t hd) {

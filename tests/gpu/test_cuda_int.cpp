@@ -18,13 +18,6 @@
 namespace wick::test {
 namespace {
 
-// Integer products on (or off) for a scope.
-struct IntProducts {
-  bool was = cuda::int_products();
-  explicit IntProducts(bool on) { cuda::set_int_products(on); }
-  ~IntProducts() { cuda::set_int_products(was); }
-};
-
 class CudaMatmulInt : public ::testing::TestWithParam<DType> {};
 
 // Every type's products within the tolerance, at odd row counts (a tile

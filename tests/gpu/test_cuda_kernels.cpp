@@ -357,7 +357,8 @@ TEST(CudaMatmulFused, AddRmsnormInTheLastCtaEqualsTwoKernels) {
 
 // The tiled (prefill) kernel computes the decode kernel's bits: plain
 // products, q/k/v with biases in one launch, and gate/up with SiLU, for the
-// formats it takes (bf16, f16, 8-bit groups of 32 and 16) and odd shapes.
+// formats it takes (bf16, f16, 8-bit groups of 32 and 16) and odd shapes;
+// with bf16 products and with integer products (WICK_CUDA_INT_MMA).
 TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend();
@@ -365,48 +366,52 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
   struct Restore {
     ~Restore() { cuda::set_matmul_path(cuda::MatmulPath::Auto); }
   } restore;
-  for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q4_0}) {
-    const bool blocks = traits(t).block_size > 1;
-    for (int64_t n_in :
-         blocks ? std::vector<int64_t>{256, 2560} : std::vector<int64_t>{72, 896, 2080})
-      for (int64_t n_rows : {64, 200}) {
-        const int64_t n_out[3] = {300, 37, 64};
-        std::vector<std::vector<uint8_t>> hw;
-        std::vector<Weight> w;
-        for (int i = 0; i < 3; ++i) {
-          hw.push_back(random_weight(t, n_out[i], n_in, rng));
-          w.push_back(be->prepare_matrix(Weight{t, n_out[i], n_in, hw.back().data()}));
+  for (bool int_mma : {false, true})
+    for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q4_0}) {
+      const bool blocks = traits(t).block_size > 1;
+      if (int_mma && !blocks) continue;  // (integer products: 8- and 4-bit weights)
+      IntProducts scope(int_mma);
+      for (int64_t n_in :
+           blocks ? std::vector<int64_t>{256, 2560} : std::vector<int64_t>{72, 896, 2080})
+        for (int64_t n_rows : {64, 200}) {
+          const int64_t n_out[3] = {300, 37, 64};
+          std::vector<std::vector<uint8_t>> hw;
+          std::vector<Weight> w;
+          for (int i = 0; i < 3; ++i) {
+            hw.push_back(random_weight(t, n_out[i], n_in, rng));
+            w.push_back(be->prepare_matrix(Weight{t, n_out[i], n_in, hw.back().data()}));
+          }
+          Weight up = be->prepare_matrix(Weight{t, 300, n_in, hw[0].data()});  // same shape as gate
+          auto x = randn(size_t(n_rows * n_in), rng);
+          auto bias = randn(300, rng);
+          Buffer dx = to_device(*be, x.data(), x.size() * 4),
+                 db = to_device(*be, bias.data(), bias.size() * 4);
+          auto products = [&](cuda::MatmulPath path) {
+            cuda::set_matmul_path(path);
+            std::vector<Buffer> outs;
+            for (int i = 0; i < 3; ++i) outs.push_back(be->alloc(size_t(n_rows * n_out[i]) * 4));
+            const Weight* ws[3] = {&w[0], &w[1], &w[2]};
+            const float* bs[3] = {db.as<float>(), nullptr, db.as<float>()};
+            float* ys[3] = {outs[0].as<float>(), outs[1].as<float>(), outs[2].as<float>()};
+            be->matmul_qkv(ws, bs, dx.as<float>(), n_rows, ys);
+            outs.push_back(be->alloc(size_t(n_rows * 37) * 4));
+            be->matmul(w[1], dx.as<float>(), n_rows, outs.back().as<float>());
+            outs.push_back(be->alloc(size_t(n_rows * 300) * 4));
+            Buffer u = be->alloc(size_t(n_rows * 300) * 4);
+            be->matmul_gate_up(w[0], up, dx.as<float>(), n_rows, outs.back().as<float>(),
+                               u.as<float>());
+            std::vector<std::vector<float>> host;
+            for (auto& o : outs) host.push_back(to_host<float>(*be, o, o.bytes() / 4));
+            return host;
+          };
+          const auto tiled = products(cuda::MatmulPath::Tiled);
+          const auto plain = products(cuda::MatmulPath::DecodeKernel);
+          for (size_t i = 0; i < tiled.size(); ++i)
+            ASSERT_EQ(tiled[i], plain[i])
+                << dtype_name(t) << (int_mma ? " integer" : "") << " n_in " << n_in << " rows "
+                << n_rows << " product " << i;
         }
-        Weight up = be->prepare_matrix(Weight{t, 300, n_in, hw[0].data()});  // same shape as gate
-        auto x = randn(size_t(n_rows * n_in), rng);
-        auto bias = randn(300, rng);
-        Buffer dx = to_device(*be, x.data(), x.size() * 4),
-               db = to_device(*be, bias.data(), bias.size() * 4);
-        auto products = [&](cuda::MatmulPath path) {
-          cuda::set_matmul_path(path);
-          std::vector<Buffer> outs;
-          for (int i = 0; i < 3; ++i) outs.push_back(be->alloc(size_t(n_rows * n_out[i]) * 4));
-          const Weight* ws[3] = {&w[0], &w[1], &w[2]};
-          const float* bs[3] = {db.as<float>(), nullptr, db.as<float>()};
-          float* ys[3] = {outs[0].as<float>(), outs[1].as<float>(), outs[2].as<float>()};
-          be->matmul_qkv(ws, bs, dx.as<float>(), n_rows, ys);
-          outs.push_back(be->alloc(size_t(n_rows * 37) * 4));
-          be->matmul(w[1], dx.as<float>(), n_rows, outs.back().as<float>());
-          outs.push_back(be->alloc(size_t(n_rows * 300) * 4));
-          Buffer u = be->alloc(size_t(n_rows * 300) * 4);
-          be->matmul_gate_up(w[0], up, dx.as<float>(), n_rows, outs.back().as<float>(),
-                             u.as<float>());
-          std::vector<std::vector<float>> host;
-          for (auto& o : outs) host.push_back(to_host<float>(*be, o, o.bytes() / 4));
-          return host;
-        };
-        const auto tiled = products(cuda::MatmulPath::Tiled);
-        const auto plain = products(cuda::MatmulPath::DecodeKernel);
-        for (size_t i = 0; i < tiled.size(); ++i)
-          ASSERT_EQ(tiled[i], plain[i])
-              << dtype_name(t) << " n_in " << n_in << " rows " << n_rows << " product " << i;
-      }
-  }
+    }
 }
 
 // Embedding rows are the CPU's dequantized rows exactly, for every type.

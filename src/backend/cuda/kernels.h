@@ -77,7 +77,8 @@ void set_fuse_norm(bool on);
 bool fuse_norm();
 // Integer products for 8- and 4-bit weights (matmul_int.cuh): the weights'
 // levels against x quantized to two int8 levels per block of 32, on the
-// tensor cores, in one kernel for every batch size; off: bf16 products.
+// tensor cores, the same sums in the decode and tiled kernels; off: bf16
+// products.
 // WICK_CUDA_INT_MMA (0 or 1, default 0) until measured; tests set it. It
 // holds for every later product (a model's results change with it).
 void set_int_products(bool on);

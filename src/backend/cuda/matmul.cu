@@ -226,13 +226,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
       xr[mt] = int_rows<F, IG>(p.xa, p.k_pad, M, m0 + 16 * mt + g, c);
       rows8[mt] = m0 + 16 * mt + 8 < M;
     }
-#pragma unroll
-    for (int a = 0; a < NACC; ++a) {
-      const GpuWeight& Wa = a == 0 ? W : U;
-      cols.scale[a] = Wa.scale;
-      cols.min[a] = Wa.min;
-      cols.min8[a] = Wa.min8;
-    }
+    set_int_weights(cols, W, U);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -283,7 +277,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
             if constexpr (GATED)
               fetch_b<F, NT, true>(U, row_g, next * KC + E * c, raw[d][NACC - 1]);
           }
-          int_chunk<F, IG, MT, NT, NACC>(xr, rows8, cols, ch, b, acc);
+          int_chunk<F, IG, MT, NT, NACC>(xr, ch, rows8, cols, ch, b, acc);
           continue;
         }
         const int k = ch * KC + E * c;
@@ -709,17 +703,16 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
       ++start;
     }
     p.kw = kw_for_launch(jobs + first, p.n_jobs);
-    if (int_path(w0)) {  // one kernel for every batch size
+    if (int_path(w0)) {  // x in integer form, for either kernel
       for (int j = 0; j < p.n_jobs; ++j) check_int_weight(p.jobs[j].w);
       p.xa = int_act(w0, x, M, xb, st);
-      dispatch<false, false>(p, 0, st);
-      continue;
     }
     TiledProblem t{jobs + first, p.n_jobs};
     t.x = x;
     t.M = M;
     t.kw = p.kw;
     t.xb = xb;
+    t.xa = p.xa.q ? &p.xa : nullptr;
     if (!matmul_tiled(t, st)) dispatch<false, false>(p, 0, st);
   }
 }
@@ -840,10 +833,9 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   if (int_path(gate)) {
     check_int_weight(up);
     p.xa = int_act(gate, x, M, xb, st);
-    return dispatch<true, false>(p, 0, st);
   }
   const MatmulJob job{&gate, nullptr, nullptr};
-  TiledProblem t{&job, 1, &up, out, x, M, p.kw, xb};
+  TiledProblem t{&job, 1, &up, out, x, M, p.kw, xb, p.xa.q ? &p.xa : nullptr};
   if (!matmul_tiled(t, st)) dispatch<true, false>(p, 0, st);
 }
 

@@ -12,8 +12,10 @@
 // 256 c1 + c2 from the two levels' mma sums, so its order within the group
 // never matters; the groups are then folded into the f32 accumulator in k
 // order, one FMA each (and one for the min term), like the CPU's I8 path. The
-// slices, warps and partial sums around this are matmul.cu's; a result's bits
-// depend on its row of x and its weight row alone, whatever the batch.
+// slices and their partial sums around this are the decode kernel's
+// (matmul.cu) and the tiled kernel's (matmul_tiled.cu, 8-bit weights), which
+// both call int_chunk: a result's bits depend on its row of x and its weight
+// row alone, whatever the batch.
 //
 // Lane (g, c) loads the 16 bytes matmul.cu gives it, elements [E c, E c + E)
 // of weight row g in the chunk; an mma step needs the 4 lanes c of a row to
@@ -144,6 +146,19 @@ struct IntCols {
   int off[NT][2];
 };
 
+// cols' weights: w, and (gated) u, whose layout is w's.
+template <int NACC, int NT>
+__device__ __forceinline__ void set_int_weights(IntCols<NACC, NT>& cols, const GpuWeight& w,
+                                                const GpuWeight& u) {
+#pragma unroll
+  for (int a = 0; a < NACC; ++a) {
+    const GpuWeight& wa = a == 0 ? w : u;
+    cols.scale[a] = wa.scale;
+    cols.min[a] = wa.min;
+    cols.min8[a] = wa.min8;
+  }
+}
+
 // A lane's two rows of x in one 16-row tile, rows r and r + 8, from its
 // first stored element of the row (chunk 0, group 0). Rows past M read row
 // M - 1 instead: an mma row only reaches the same output row, which the
@@ -179,14 +194,29 @@ __device__ __forceinline__ void load_n(const T* p, T (&v)[N]) {
   }
 }
 
-// One chunk of integer products into acc (matmul.cu's tile of sums): b,
-// each (weight, tile)'s B registers (int_fragments of the 16 bytes fetch_b
-// loaded, which brought the chunk's scales into L1); rows8[mt]: whether any
-// of tile mt's rows 8-15 is below M.
-template <Fmt F, int IG, int MT, int NT, int NACC>
+// A lane's 16 (or 8) bytes of x at p: global memory (read-only during the
+// kernel), or a shared-memory stage (SMEM).
+template <bool SMEM>
+__device__ __forceinline__ uint4 load_x16(const uint8_t* p) {
+  if constexpr (SMEM) return *reinterpret_cast<const uint4*>(p);
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+template <bool SMEM>
+__device__ __forceinline__ uint2 load_x8(const uint8_t* p) {
+  if constexpr (SMEM) return *reinterpret_cast<const uint2*>(p);
+  return __ldg(reinterpret_cast<const uint2*>(p));
+}
+
+// One chunk (ch) of integer products into acc, a tile of sums (matmul.cu's
+// decode kernel, matmul_tiled.cu's): b, each (weight, tile)'s B registers
+// (int_fragments of the lane's 16 bytes); rows8[mt]: whether any of tile
+// mt's rows 8-15 is below M. x's bytes come from xr[mt].q at chunk a_ch
+// (the decode kernel: ch, from global memory; the tiled kernel: 0, its
+// shared-memory stage of the chunk, SMEM), its scales and sums at ch.
+template <Fmt F, int IG, int MT, int NT, int NACC, bool SMEM = false>
 __device__ __forceinline__ void int_chunk(
-    const IntRows (&xr)[MT], const bool (&rows8)[MT], const IntCols<NACC, NT>& cols, int ch,
-    const uint32_t (&b)[NACC][NT][IntShape<F, IG>::NG][IntShape<F, IG>::NB],
+    const IntRows (&xr)[MT], int a_ch, const bool (&rows8)[MT], const IntCols<NACC, NT>& cols,
+    int ch, const uint32_t (&b)[NACC][NT][IntShape<F, IG>::NG][IntShape<F, IG>::NB],
     float (&acc)[NACC][MT][NT][4]) {
   using S = IntShape<F, IG>;
   constexpr int NG = S::NG, NB = S::NB, N32 = S::N32;
@@ -236,16 +266,16 @@ __device__ __forceinline__ void int_chunk(
 #pragma unroll
     for (int q = 0; q < NG; ++q) {
       // A registers per row: q1 of elements 0-3, q2 of 0-3, q1 of 4-7, q2 of 4-7
-      const int at = 2 * (ch * S::KC + S::first(q, 0));  // bytes past the lane's first
+      const int at = 2 * (a_ch * S::KC + S::first(q, 0));  // bytes past the lane's first
       uint32_t A[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (h == 1 && !rows8[mt]) break;  // (zeros: rows nobody reads)
         if constexpr (NB == 2) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(xr[mt].q[h] + at));
+          const uint4 v = load_x16<SMEM>(xr[mt].q[h] + at);
           A[h][0] = v.x, A[h][1] = v.y, A[h][2] = v.z, A[h][3] = v.w;
         } else {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(xr[mt].q[h] + at));
+          const uint2 v = load_x8<SMEM>(xr[mt].q[h] + at);
           A[h][0] = v.x, A[h][1] = v.y;
         }
       }

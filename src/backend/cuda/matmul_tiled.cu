@@ -12,7 +12,8 @@
 // staged tile across a (16 MT) x (8 NT) warp tile. The activations are converted
 // to bf16 once (the same rounding as the decode kernel's), and chunks are
 // staged with cp.async, KS chunks per stage in a ring of NS stages, in slice
-// order.
+// order. Integer products (IG, int_path) stage x's integer form instead (2
+// bytes an element as well) and take matmul_int.cuh's int_chunk.
 #include <algorithm>
 #include <atomic>
 
@@ -37,7 +38,8 @@ struct TJob {
 struct TParams {
   TJob jobs[kMaxTiledJobs];
   int n_jobs;
-  const uint32_t* xb;  // [M][k_pad / 2] bf16 pairs
+  const uint32_t* xb;  // [M][k_pad / 2] bf16 pairs (IG: xa.q, 2 k_pad bytes a row)
+  IntAct xa;           // IG: x in integer form (matmul_int.cuh)
   int M, k_pad, kw;
   GpuWeight up;    // GATED: the second weight (jobs[0] is the gate)
   float* y_gated;  // GATED: silu(gate) * up
@@ -81,7 +83,10 @@ struct ChunkOrder {
   }
 };
 
-template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
+// IG (8-bit weights, int_path): integer products for weight groups of IG,
+// int_chunk's sums from the staged chunk (x's integer form has bf16's 2
+// bytes an element, so the stages are the same); 0: bf16 products.
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
 __global__ void __launch_bounds__(WM* WN * 32, 1)
     mm_tiled_kernel(const __grid_constant__ TParams p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1, NS = stages<F>();
@@ -142,6 +147,28 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[a][mt][nt][i] = total[a][mt][nt][i] = 0.f;
 
+  // IG: the warp tile's rows of x (scales and sums: global memory), whether
+  // each 16-row tile's rows 8-15 are read, the scales of the lane's columns
+  IntRows xr[MT];
+  bool rows8[MT];
+  IntCols<NACC, NT> cols;
+  if constexpr (IG != 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int r = m0 + wm * 16 * MT + 16 * mt;
+      xr[mt] = int_rows<F, IG>(p.xa, p.k_pad, p.M, r + g, c);
+      rows8[mt] = r + 8 < p.M;
+    }
+    set_int_weights(cols, W, p.up);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int jc = 0; jc < 2; ++jc) {
+        const int row = n0 + wn * 8 * NT + 8 * nt + 2 * c + jc;
+        cols.off[nt][jc] = min(row, W.n_out - 1) * (p.k_pad / W.group);
+      }
+  }
+
   ChunkOrder ld, use;
   auto load_stage = [&](int stage) {
 #pragma unroll
@@ -163,48 +190,72 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
     for (int q = 0; q < KS; ++q) {
       if (it * KS + q >= n_chunks) break;
       const uint8_t* s = sm + ((it % NS) * KS + q) * CHUNK;
-      const int k = use.ch * KC + E * c;  // this lane's first element of the chunk
-      uint32_t b[NACC][NT][E / 2];
+      if constexpr (IG != 0) {
+        uint32_t b[NACC][NT][IntShape<F, IG>::NG][IntShape<F, IG>::NB];
 #pragma unroll
-      for (int a = 0; a < NACC; ++a) {
-        const GpuWeight& Wa = a == 0 ? W : p.up;
+        for (int a = 0; a < NACC; ++a)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int row = wn * 8 * NT + 8 * nt + g;
-          const uint4 raw =
-              *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
-          float sc = 0.f, mn = 0.f;
-          if constexpr (F == Fmt::I8 || F == Fmt::U4) {
-            const int n = n0 + row;
-            if (n < Wa.n_out) {
-              const size_t gi = group_index(Wa, n, k);
-              sc = __ldg(Wa.scale + gi);
-              mn = group_min(Wa, gi, sc);
-            }
+          for (int nt = 0; nt < NT; ++nt) {
+            const int row = wn * 8 * NT + 8 * nt + g;
+            int_fragments<F, IG>(
+                *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c), c,
+                b[a][nt]);
           }
-          decode<F>(raw, sc, mn, b[a][nt]);
+        // x's bytes from the stage: rows r, r + 8 of each 16-row tile
+        IntRows xs[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          xs[mt] = xr[mt];
+          const int r = wm * 16 * MT + 16 * mt + g;
+          xs[mt].q[0] = s + r * A_ROW + 2 * IntShape<F, IG>::first(0, c);
+          xs[mt].q[1] = xs[mt].q[0] + 8 * A_ROW;
         }
-      }
+        int_chunk<F, IG, MT, NT, NACC, true>(xs, 0, rows8, cols, use.ch, b, acc);
+      } else {
+        const int k = use.ch * KC + E * c;  // this lane's first element of the chunk
+        uint32_t b[NACC][NT][E / 2];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int r = wm * 16 * MT + 16 * mt + g;
-        // this lane's E activations of rows r and r + 8: elements [E c, E c + E) of the chunk
-        uint32_t lo[E / 2], hi[E / 2];
+        for (int a = 0; a < NACC; ++a) {
+          const GpuWeight& Wa = a == 0 ? W : p.up;
 #pragma unroll
-        for (int v = 0; v < E / 8; ++v) {
-          const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + 2 * E * c + 16 * v);
-          const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + 2 * E * c + 16 * v);
-          lo[4 * v] = l.x, lo[4 * v + 1] = l.y, lo[4 * v + 2] = l.z, lo[4 * v + 3] = l.w;
-          hi[4 * v] = h.x, hi[4 * v + 1] = h.y, hi[4 * v + 2] = h.z, hi[4 * v + 3] = h.w;
+          for (int nt = 0; nt < NT; ++nt) {
+            const int row = wn * 8 * NT + 8 * nt + g;
+            const uint4 raw =
+                *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
+            float sc = 0.f, mn = 0.f;
+            if constexpr (F == Fmt::I8 || F == Fmt::U4) {
+              const int n = n0 + row;
+              if (n < Wa.n_out) {
+                const size_t gi = group_index(Wa, n, k);
+                sc = __ldg(Wa.scale + gi);
+                mn = group_min(Wa, gi, sc);
+              }
+            }
+            decode<F>(raw, sc, mn, b[a][nt]);
+          }
         }
 #pragma unroll
-        for (int st = 0; st < E / 4; ++st)
+        for (int mt = 0; mt < MT; ++mt) {
+          const int r = wm * 16 * MT + 16 * mt + g;
+          // this lane's E activations of rows r and r + 8: elements [E c, E c + E) of the chunk
+          uint32_t lo[E / 2], hi[E / 2];
 #pragma unroll
-          for (int a = 0; a < NACC; ++a)
+          for (int v = 0; v < E / 8; ++v) {
+            const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + 2 * E * c + 16 * v);
+            const uint4 h =
+                *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + 2 * E * c + 16 * v);
+            lo[4 * v] = l.x, lo[4 * v + 1] = l.y, lo[4 * v + 2] = l.z, lo[4 * v + 3] = l.w;
+            hi[4 * v] = h.x, hi[4 * v + 1] = h.y, hi[4 * v + 2] = h.z, hi[4 * v + 3] = h.w;
+          }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-              mma_bf16(acc[a][mt][nt], lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1],
-                       b[a][nt][2 * st], b[a][nt][2 * st + 1]);
+          for (int st = 0; st < E / 4; ++st)
+#pragma unroll
+            for (int a = 0; a < NACC; ++a)
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+                mma_bf16(acc[a][mt][nt], lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1],
+                         b[a][nt][2 * st], b[a][nt][2 * st + 1]);
+        }
       }
       const int slice = use.w;
       use.next(kw, n_chunks);
@@ -270,10 +321,10 @@ __global__ void to_bf16_kernel(const float* x, int M, int n_in, int k_pad, uint3
   }
 }
 
-template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
 void launch(TParams& p, cudaStream_t st) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, SMEM = smem_bytes<F, WM, WN, MT, NT, GATED>();
-  auto kernel = mm_tiled_kernel<F, WM, WN, MT, NT, GATED>;
+  auto kernel = mm_tiled_kernel<F, WM, WN, MT, NT, GATED, IG>;
   static bool raised = false;
   if (!raised) {
     WICK_CUDA_CHECK(
@@ -299,15 +350,17 @@ int n_ctas(const TParams& p, int bm, int bn) {
 // The largest CTA tile that still gives every SM six warps or more (the
 // kernel hides its latencies with warps, not with a deep pipeline), else
 // the smallest, 32 x 8 NT warp tiles in one-warp CTAs.
-template <Fmt F, bool GATED>
+// (IG: warp tiles of 32 rows, for the registers of the weights' scales and
+// fragments beside each slice's sums and the total)
+template <Fmt F, bool GATED, int IG = 0>
 void dispatch_tile(TParams& p, cudaStream_t st) {
-  constexpr int NT = GATED ? 2 : 4;
+  constexpr int NT = GATED ? 2 : 4, MT = IG ? 2 : 4, R = 16 * MT;
   const int want = 6 * n_sms();
-  if (8 * n_ctas(p, 128, 32 * NT) >= want) return launch<F, 2, 4, 4, NT, GATED>(p, st);
-  if (4 * n_ctas(p, 128, 16 * NT) >= want) return launch<F, 2, 2, 4, NT, GATED>(p, st);
-  if (2 * n_ctas(p, 64, 16 * NT) >= want) return launch<F, 1, 2, 4, NT, GATED>(p, st);
-  if (n_ctas(p, 64, 8 * NT) >= want) return launch<F, 1, 1, 4, NT, GATED>(p, st);
-  launch<F, 1, 1, 2, NT, GATED>(p, st);
+  if (8 * n_ctas(p, 2 * R, 32 * NT) >= want) return launch<F, 2, 4, MT, NT, GATED, IG>(p, st);
+  if (4 * n_ctas(p, 2 * R, 16 * NT) >= want) return launch<F, 2, 2, MT, NT, GATED, IG>(p, st);
+  if (2 * n_ctas(p, R, 16 * NT) >= want) return launch<F, 1, 2, MT, NT, GATED, IG>(p, st);
+  if (n_ctas(p, R, 8 * NT) >= want) return launch<F, 1, 1, MT, NT, GATED, IG>(p, st);
+  launch<F, 1, 1, 2, NT, GATED, IG>(p, st);
 }
 
 }  // namespace
@@ -330,6 +383,7 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
   if (path == MatmulPath::DecodeKernel || !t.xb || t.M <= 0) return false;
   const Fmt f = t.jobs[0].w->fmt;
   if (f != Fmt::BF16 && f != Fmt::F16 && f != Fmt::I8) return false;
+  if (t.xa && f != Fmt::I8) return false;  // (integer products of 4-bit weights: decode kernel)
   const bool force = path == MatmulPath::Tiled;
   // too few rows to share a staged weight tile: the decode kernel streams better
   if (!force && t.M < 64) return false;
@@ -348,6 +402,16 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
   // decide before converting: a refused problem launches nothing
   const int NT = gated ? 2 : 4;
   if (!force && n_ctas(p, 32, 8 * NT) < n_sms()) return false;
+  if (t.xa) {  // x is in xb already, in integer form
+    p.xa = *t.xa;
+    p.xb = reinterpret_cast<const uint32_t*>(t.xa->q);
+    const bool g16 = t.jobs[0].w->group == 16;
+    if (gated)
+      g16 ? dispatch_tile<Fmt::I8, true, 16>(p, st) : dispatch_tile<Fmt::I8, true, 32>(p, st);
+    else
+      g16 ? dispatch_tile<Fmt::I8, false, 16>(p, st) : dispatch_tile<Fmt::I8, false, 32>(p, st);
+    return true;
+  }
   const int64_t words = int64_t(t.M) * (p.k_pad / 2);
   to_bf16_kernel<<<int(std::min<int64_t>(4096, (words + 255) / 256)), 256, 0, st>>>(
       t.x, t.M, t.jobs[0].w->n_in, p.k_pad, static_cast<uint32_t*>(t.xb));

@@ -13,6 +13,8 @@ namespace wick::cuda {
 
 constexpr int kMaxTiledJobs = 3;
 
+struct IntAct;  // matmul_int.cuh
+
 struct TiledProblem {
   const MatmulJob* jobs;  // same format, k_pad and group; jobs[0] is the gate when up is set
   int n_jobs;
@@ -22,11 +24,15 @@ struct TiledProblem {
   int M;
   int kw;    // slices of k, as the decode kernel's kw_for
   void* xb;  // scratch, matmul_scratch_bytes(M, k_pad); null: never tiled
+  // integer products (int_path): x already in integer form (in xb), the
+  // decode kernel's sums; null: bf16 products of x, converted into xb
+  const IntAct* xa = nullptr;
 };
 
 // Launches the tiled kernel and returns true, or returns false (nothing
 // launched) when it does not apply: a 4-bit or f32 weight, or too few rows
-// or tiles for it to beat the decode kernel.
+// or tiles for it to beat the decode kernel. With xa (8-bit weights only),
+// its integer products give the decode kernel's bits.
 bool matmul_tiled(const TiledProblem& t, cudaStream_t st);
 MatmulPath matmul_path();  // what set_matmul_path() chose
 
