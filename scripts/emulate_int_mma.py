@@ -140,7 +140,12 @@ def run(fmt, G, has_min, M=16, n_in=256, min8=False):
                     if NB==2: bs=xq[row,at:at+16]; regs.append([word(bs[0:4]),word(bs[4:8]),word(bs[8:12]),word(bs[12:16])])
                     else: bs=xq[row,at:at+8]; regs.append([word(bs[0:4]),word(bs[4:8])])
                 A.append(regs)
-            if NB==2:
+            if M <= 8:
+                # no row 8-15 read: one mma, row g's two levels as its rows g and g + 8
+                cc=imma([A[l][0] for l in range(32)],[b[l][q] for l in range(32)],32 if NB==2 else 16)
+                c1=[[cc[l][0],cc[l][1],0,0] for l in range(32)]
+                c2=[[cc[l][2],cc[l][3],0,0] for l in range(32)]
+            elif NB==2:
                 c1=imma([[A[l][0][0],A[l][1][0],A[l][0][2],A[l][1][2]] for l in range(32)],[b[l][q] for l in range(32)],32)
                 c2=imma([[A[l][0][1],A[l][1][1],A[l][0][3],A[l][1][3]] for l in range(32)],[b[l][q] for l in range(32)],32)
             else:
@@ -151,7 +156,7 @@ def run(fmt, G, has_min, M=16, n_in=256, min8=False):
                 g,c=l>>2,l&3
                 sc=[scale[2*c+j,ch*NG+q] for j in range(2)]
                 mm=[mn[2*c+j,ch*NG+q] for j in range(2)]
-                for i in range(4):
+                for i in range(4 if M > 8 else 2):
                     h,j=i//2,i%2
                     row=min(g+8*h,M-1)
                     dx=xd[row,ch*N32+q32]
@@ -180,3 +185,5 @@ for fmt,G,mnf in [('I8',32,False),('I8',32,True),('I8',16,False),('I8',16,True),
 run('I8',32,False,M=3,n_in=200)
 run('U4',32,True,M=1,n_in=200)
 run('U4',32,True,M=5,n_in=256,min8=True)
+for fmt,G,mnf in [('I8',32,False),('I8',16,True),('U4',32,True)]:
+    run(fmt,G,mnf,M=8,n_in=256)

@@ -284,13 +284,25 @@ __device__ __forceinline__ void int_chunk(
       for (int a = 0; a < NACC; ++a)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          int c1[4], c2[4];
-          if constexpr (NB == 2) {
-            imma_k32<kU8>(c1, A[0][0], A[1][0], A[0][2], A[1][2], b[a][nt][q][0], b[a][nt][q][1]);
-            imma_k32<kU8>(c2, A[0][1], A[1][1], A[0][3], A[1][3], b[a][nt][q][0], b[a][nt][q][1]);
+          // each level's sums: c1 (q1) and c2 (q2), rows g and g + 8
+          int c1[4] = {0, 0, 0, 0}, c2[4] = {0, 0, 0, 0};
+          const uint32_t b0 = b[a][nt][q][0], b1 = b[a][nt][q][NB - 1];
+          if (!SMEM && !rows8[mt]) {
+            // no row 8-15 read (a decode step of <= 8 rows): one mma, with row
+            // g's two levels as its rows g and g + 8 (A[0] as loaded); the
+            // same integers as two
+            int cc[4];
+            if constexpr (NB == 2)
+              imma_k32<kU8>(cc, A[0][0], A[0][1], A[0][2], A[0][3], b0, b1);
+            else
+              imma_k16(cc, A[0][0], A[0][1], b0);
+            c1[0] = cc[0], c1[1] = cc[1], c2[0] = cc[2], c2[1] = cc[3];
+          } else if constexpr (NB == 2) {
+            imma_k32<kU8>(c1, A[0][0], A[1][0], A[0][2], A[1][2], b0, b1);
+            imma_k32<kU8>(c2, A[0][1], A[1][1], A[0][3], A[1][3], b0, b1);
           } else {
-            imma_k16(c1, A[0][0], A[1][0], b[a][nt][q][0]);
-            imma_k16(c2, A[0][1], A[1][1], b[a][nt][q][0]);
+            imma_k16(c1, A[0][0], A[1][0], b0);
+            imma_k16(c2, A[0][1], A[1][1], b0);
           }
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
