@@ -221,22 +221,12 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   IntRows xr[MT];
   IntCols<NACC, NT> cols;
   if constexpr (IG != 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      xr[mt] = int_rows<F, IG>(p.xa, p.k_pad, M, m0 + 16 * mt + g, c);
-      rows8[mt] = m0 + 16 * mt + 8 < M;
-    }
-    set_int_weights(cols, W, U);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int jc = 0; jc < 2; ++jc) {
-        int row = n0 + 8 * nt + 2 * c + jc;
-        if constexpr (ROPE)
-          if (j < 2) row = rope_row(tile, 2 * c + jc, p.rope.head_dim);
-        // (a row past n_out reads the last one's: its sums are dropped)
-        cols.off[nt][jc] = min(row, W.n_out - 1) * (p.k_pad / W.group);
-      }
+    int_tiles<F, IG, MT>(p.xa, p.k_pad, M, m0, g, c, xr, rows8);
+    set_int_cols(cols, W, U, p.k_pad, [&](int nt, int jc) {
+      if constexpr (ROPE)
+        if (j < 2) return rope_row(tile, 2 * c + jc, p.rope.head_dim);
+      return n0 + 8 * nt + 2 * c + jc;
+    });
   }
   for (int w = warp; w < p.kw; w += n_warps) {
     float acc[NACC][MT][NT][4];

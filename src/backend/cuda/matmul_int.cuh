@@ -146,10 +146,12 @@ struct IntCols {
   int off[NT][2];
 };
 
-// cols' weights: w, and (gated) u, whose layout is w's.
-template <int NACC, int NT>
-__device__ __forceinline__ void set_int_weights(IntCols<NACC, NT>& cols, const GpuWeight& w,
-                                                const GpuWeight& u) {
+// cols for weights w and (gated) u, whose layout is w's: row_of(nt, jc),
+// the weight row of the lane's output column 2c + jc in 8-row tile nt (a
+// row past n_out reads the last one's scales: its sums are dropped).
+template <int NACC, int NT, typename RowOf>
+__device__ __forceinline__ void set_int_cols(IntCols<NACC, NT>& cols, const GpuWeight& w,
+                                             const GpuWeight& u, int k_pad, RowOf row_of) {
 #pragma unroll
   for (int a = 0; a < NACC; ++a) {
     const GpuWeight& wa = a == 0 ? w : u;
@@ -157,6 +159,11 @@ __device__ __forceinline__ void set_int_weights(IntCols<NACC, NT>& cols, const G
     cols.min[a] = wa.min;
     cols.min8[a] = wa.min8;
   }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int jc = 0; jc < 2; ++jc)
+      cols.off[nt][jc] = min(row_of(nt, jc), w.n_out - 1) * (k_pad / w.group);
 }
 
 // A lane's two rows of x in one 16-row tile, rows r and r + 8, from its
@@ -179,6 +186,19 @@ __device__ __forceinline__ IntRows int_rows(const IntAct& xa, int k_pad, int M, 
     t.s[h] = xa.s + row * size_t(k_pad / 16);
   }
   return t;
+}
+
+// The lane's rows of x in each 16-row tile from row r0 (int_rows), and
+// whether the tile reads its rows 8-15 (any below M).
+template <Fmt F, int IG, int MT>
+__device__ __forceinline__ void int_tiles(const IntAct& xa, int k_pad, int M, int r0, int g, int c,
+                                          IntRows (&xr)[MT], bool (&rows8)[MT]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r = r0 + 16 * mt;
+    xr[mt] = int_rows<F, IG>(xa, k_pad, M, r + g, c);
+    rows8[mt] = r + 8 < M;
+  }
 }
 
 // N consecutive values from p (aligned to their size), as a vector load.

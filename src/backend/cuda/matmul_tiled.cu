@@ -153,20 +153,9 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   bool rows8[MT];
   IntCols<NACC, NT> cols;
   if constexpr (IG != 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int r = m0 + wm * 16 * MT + 16 * mt;
-      xr[mt] = int_rows<F, IG>(p.xa, p.k_pad, p.M, r + g, c);
-      rows8[mt] = r + 8 < p.M;
-    }
-    set_int_weights(cols, W, p.up);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int jc = 0; jc < 2; ++jc) {
-        const int row = n0 + wn * 8 * NT + 8 * nt + 2 * c + jc;
-        cols.off[nt][jc] = min(row, W.n_out - 1) * (p.k_pad / W.group);
-      }
+    int_tiles<F, IG, MT>(p.xa, p.k_pad, p.M, m0 + wm * 16 * MT, g, c, xr, rows8);
+    set_int_cols(cols, W, p.up, p.k_pad,
+                 [&](int nt, int jc) { return n0 + wn * 8 * NT + 8 * nt + 2 * c + jc; });
   }
 
   ChunkOrder ld, use;
