@@ -17,6 +17,10 @@
 // "intb2b", "intnorm": the same with integer products (8/4-bit weights,
 // WICK_CUDA_INT_MMA), each product's activation quantization timed with it.
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
+// copy/d2d/MiB1024: this GPU's own ceiling, a device-to-device copy of 1 GiB
+// (TB/s counting bytes read and written, as ../shared/anchors.md's 3.0 for
+// the H100; an H200 copies at about 4.3), so that shares on another GPU can
+// be read against it (gpu_kernels_table.py, gpu_table.py --peak).
 //
 // Run: build-gpu/bin/wick_gpu_bench [--benchmark_filter=REGEX]; without a
 // GPU it prints why and exits 0.
@@ -254,7 +258,43 @@ void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::strin
   state.counters["MB"] = double(L.bytes) * 1e-6;
 }
 
+// A device-to-device copy of 1 GiB, ten a graph: the bandwidth the products'
+// shares are read against (on an H100, anchors.md's 3.0 TB/s).
+void BM_Copy(benchmark::State& state) {
+  Backend& be = backend();
+  static Stream s;
+  constexpr size_t kBytes = size_t(1) << 30;
+  constexpr int kCopies = 10;
+  Buffer src = be.alloc(kBytes), dst = be.alloc(kBytes);
+  BENCH_CUDA(cudaMemsetAsync(src.data(), 0x5a, kBytes, s.st));  // (not zeros)
+  BENCH_CUDA(cudaMemsetAsync(dst.data(), 0xa5, kBytes, s.st));
+  BENCH_CUDA(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, s.st));
+  BENCH_CUDA(cudaStreamSynchronize(s.st));  // (warm: clocks)
+  double total_s = 0;
+  int64_t n = 0;
+  for (auto _ : state) {
+    BENCH_CUDA(cudaEventRecord(s.t0, s.st));
+    for (int i = 0; i < kCopies; ++i)
+      BENCH_CUDA(cudaMemcpyAsync(dst.data(), src.data(), kBytes, cudaMemcpyDeviceToDevice, s.st));
+    BENCH_CUDA(cudaEventRecord(s.t1, s.st));
+    BENCH_CUDA(cudaEventSynchronize(s.t1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, s.t0, s.t1);
+    state.SetIterationTime(ms * 1e-3);
+    total_s += ms * 1e-3;
+    n += kCopies;
+  }
+  const double per = total_s / double(n);
+  state.counters["us"] = per * 1e6;
+  state.counters["TB/s"] = 2.0 * double(kBytes) / per * 1e-12;  // read + written
+  state.counters["of_3TB/s"] = 2.0 * double(kBytes) / per / kPeakBytesPerS;
+}
+
 void register_all() {
+  benchmark::RegisterBenchmark("copy/d2d/MiB1024", BM_Copy)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(5);
   for (const ModelShape& m : kModels)
     for (DType t : kTypes)
       for (const char* proj : kProjs) {

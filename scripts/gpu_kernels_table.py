@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""scripts/gpu_kernels_table.py KERNELS.json: wick_gpu_bench's JSON as one
+"""scripts/gpu_kernels_table.py KERNELS.json [--peak TB/s]: wick_gpu_bench's JSON as one
 markdown table, a row per model, weight type and product:
 
   MB        one copy of the product's weights on the device (scales included)
   rule      kw_for's slice count at one row, back to back: us a product and
-            its share of 3.0 TB/s
+            its share of 3.0 TB/s (the H100's copy); where the JSON has the
+            copy/d2d row of another GPU (an H200 copies at ~4.3 TB/s), also
+            the share of that GPU's own copy after a slash
   kw4..32   the share at each forced slice count (the best one starred)
   t1, t2, t4 the share at 1, 2 or 4 forced 8-row tiles a warp (the rule's count
             of slices; the best one starred)
@@ -43,8 +45,23 @@ def load(path):
     return {}
 
 
-def main(path):
+def copy_tbs(data):
+    """This GPU's measured copy (TB/s, read + written), or None."""
+    for b in data.get("benchmarks", []):
+        if b.get("name", "").startswith("copy/d2d/") and not b.get("error_occurred"):
+            return b.get("TB/s")
+    return None
+
+
+def main(path, peak=None):
     data = load(path)
+    peak = copy_tbs(data) or peak
+    # another GPU than the H100 (beyond 5 %): shares of its own copy too
+    own = peak / 3.0 if peak and abs(peak / 3.0 - 1) > 0.05 else None
+    if peak:
+        print(f"This GPU copies at {peak:.2f} TB/s (read + written; the H100's: 3.0)."
+              + (f" Rule cells: share of 3.0 TB/s / of {peak:.2f}." if own else ""))
+        print()
     rows = defaultdict(dict)
     order = []
     for b in data.get("benchmarks", []):
@@ -77,23 +94,29 @@ def main(path):
         cells += starred({t: r.get((1, 0, t, "b2b")) for t in nts})
         mb = f"{(rule or next(iter(r.values())))['MB']:.1f}"
         rule_cell = f"{rule['us']:.1f}, {share(rule)}" if rule else "-"
+        if rule and own:
+            rule_cell += f" / {100 * rule['of_3TB/s'] / own:.0f} %"
         m512 = r.get((512, 0, 0, "b2b"))
         print(f"| {key[0]} | {key[1]} | {key[2]} | {mb} | {rule_cell} | " + " | ".join(cells)
               + f" | {share(r.get((1, 0, 0, 'norm')))} | {share(r.get((16, 0, 0, 'b2b')))} | "
               + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
               + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
-              + " | " + int_cell(r) + " |")
+              + " | " + int_cell(r, own) + " |")
 
 
-def int_cell(r):
-    """The integer products' cells (8/4-bit weights), or '-'."""
+def int_cell(r, own=None):
+    """The integer products' cells (8/4-bit weights), or '-'; own: the rule's
+    share of this GPU's copy too."""
     got = [r.get((1, 0, 0, "intb2b")), r.get((1, 0, 0, "intnorm")), r.get((16, 0, 0, "intb2b"))]
     m512 = r.get((512, 0, 0, "intb2b"))
     if not any(got) and not m512:
         return "-"
     shares = ", ".join(f"{100 * b['of_3TB/s']:.0f} %" if b else "-" for b in got)
+    if got[0] and own:
+        shares = shares.replace(" %", f" % / {100 * got[0]['of_3TB/s'] / own:.0f} %", 1)
     return shares + ", " + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    # [--peak TB/s]: the copy measured in another run (gpu_check's copy.json)
+    main(sys.argv[1], float(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--peak" else None)

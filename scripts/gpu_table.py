@@ -5,11 +5,13 @@ derives llama.cpp's), batch-1 decode (tg128) and the concurrent sequences'
 generated tok/s, next to llama.cpp's H100 anchors and the issue's targets.
 
     python3 scripts/gpu_table.py OUT/bench.log
-    python3 scripts/gpu_table.py --bandwidth OUT/gpu_report.md
+    python3 scripts/gpu_table.py --bandwidth OUT/gpu_report.md [--peak TB/s]
 
 --bandwidth: for each `wick bench` tg row of a shaped model, the decode step's
 share of 3.0 TB/s: every weight byte is read once a token (the head is the
 tied embedding), so bytes = parameters x bytes per parameter of the type.
+--peak: this GPU's own measured copy (wick_gpu_bench's copy/d2d row; an H200
+copies at ~4.3 TB/s), for a column with the share of it.
 """
 import re
 import sys
@@ -56,9 +58,10 @@ BYTES_PER_PARAM = {"bf16": 2.0, "f16": 2.0, "f32": 4.0, "q8_0": 34 / 32, "q4_0":
 PEAK_BYTES_PER_S = 3.0e12  # the H100's measured copy (../shared/anchors.md)
 
 
-def bandwidth(path):
-    print("| model | tg | tok/s | GB a token | share of 3.0 TB/s |")
-    print("|---|---|---|---|---|")
+def bandwidth(path, peak_tbs=None):
+    own = f" | share of this GPU's {peak_tbs:.2f} TB/s" if peak_tbs else ""
+    print("| model | tg | tok/s | GB a token | share of 3.0 TB/s" + own + " |")
+    print("|---|---|---|---|---|" + ("---|" if peak_tbs else ""))
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -72,7 +75,8 @@ def bandwidth(path):
             rate = float(cells[-1].split("±")[0])
             gb = float(params.group(1)) * 1e6 * bpp / 1e9
             print(f"| {cells[0]} | {cells[-2]} | {rate:,.1f} | {gb:.2f} | "
-                  f"{100 * rate * gb * 1e9 / PEAK_BYTES_PER_S:.0f} % |")
+                  f"{100 * rate * gb * 1e9 / PEAK_BYTES_PER_S:.0f} % |"
+                  + (f" {100 * rate * gb / 1e3 / peak_tbs:.0f} % |" if peak_tbs else ""))
 
 
 def mark(ok):
@@ -81,7 +85,8 @@ def mark(ok):
 
 def main():
     if sys.argv[1] == "--bandwidth":
-        return bandwidth(sys.argv[2])
+        peak = float(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--peak" else None
+        return bandwidth(sys.argv[2], peak)
     with open(sys.argv[1], encoding="utf-8", errors="replace") as f:
         data = parse(f)
     print("| model | dtype | TTFT 512 / 1024 / 4096 ms (wick) | llama.cpp | tg128 tok/s (wick / llama.cpp) "
