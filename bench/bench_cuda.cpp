@@ -15,7 +15,8 @@
 // back (each may start while the one before drains, as launch_early allows);
 // "norm": each after a one-row rmsnorm of its input, as in a decode step;
 // "intb2b", "intnorm": the same with integer products (8/4-bit weights,
-// WICK_CUDA_INT_MMA), each product's activation quantization timed with it.
+// WICK_CUDA_INT_MMA), each product's activation quantization timed with it
+// (intnorm: made by the norm, as the backend does unless WICK_CUDA_NORM_INT=0).
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
 // copy/d2d/MiB1024: this GPU's own ceiling, a device-to-device copy of 1 GiB
 // (TB/s counting bytes read and written, as ../shared/anchors.md's 3.0 for
@@ -204,11 +205,20 @@ void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::strin
   if (M >= 64 || cuda::int_path(w0)) xb = be.alloc(cuda::matmul_scratch_bytes(M, w0.k_pad));
   be.sync();
 
-  // the product's input: x, or its norm computed just before (decode's order)
+  // the product's input: x, or its norm computed just before (decode's order;
+  // with integer products the norm makes x's integer form, as the backend's)
   const float* in = norm_first ? xn.as<float>() : x.as<float>();
+  Buffer ni_buf;
+  cuda::NormInt ni_form;
+  const cuda::NormInt* ni = nullptr;
+  if (norm_first && cuda::int_path(w0) && cuda::norm_int()) {
+    ni_buf = be.alloc(cuda::norm_int_bytes(M, int(n_in)));
+    ni_form = cuda::NormInt{ni_buf.data(), M, int(n_in)};
+    ni = &ni_form;
+  }
   auto product = [&](const std::vector<cuda::GpuWeight>& c) {
     if (norm_first)
-      cuda::rmsnorm(x.as<float>(), nw.as<float>(), M, int(n_in), 1e-6f, xn.as<float>(), s.st);
+      cuda::rmsnorm(x.as<float>(), nw.as<float>(), M, int(n_in), 1e-6f, xn.as<float>(), s.st, ni);
     cuda::MatmulJob jobs[3];
     float* out = y.as<float>();
     for (size_t i = 0; i < c.size(); ++i) {
@@ -216,9 +226,9 @@ void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::strin
       out += size_t(M) * size_t(c[i].n_out);
     }
     if (proj == "gate_up")
-      cuda::matmul_gate_up(*jobs[0].w, *jobs[1].w, in, M, y.as<float>(), xb.data(), s.st);
+      cuda::matmul_gate_up(*jobs[0].w, *jobs[1].w, in, M, y.as<float>(), xb.data(), s.st, ni);
     else
-      cuda::matmul(jobs, int(c.size()), in, M, xb.data(), s.st);
+      cuda::matmul(jobs, int(c.size()), in, M, xb.data(), s.st, ni);
   };
   // enough launches for ~2 ms at the peak, and at least every copy once
   const double ideal_s = double(L.bytes) / kPeakBytesPerS;

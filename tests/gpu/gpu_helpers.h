@@ -104,6 +104,13 @@ struct IntProducts {
   ~IntProducts() { cuda::set_int_products(was); }
 };
 
+// The norms' integer form for the products after them (cuda::set_norm_int), in a scope.
+struct NormInts {
+  bool was = cuda::norm_int();
+  explicit NormInts(bool on) { cuda::set_norm_int(on); }
+  ~NormInts() { cuda::set_norm_int(was); }
+};
+
 // RoPE's inverse frequencies for heads of hd (theta 10,000).
 inline std::vector<float> rope_inv_freq(int64_t hd) {
   std::vector<float> inv(static_cast<size_t>(hd / 2));

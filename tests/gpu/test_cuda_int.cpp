@@ -21,7 +21,8 @@ namespace {
 class CudaMatmulInt : public ::testing::TestWithParam<DType> {};
 
 // Every type's products within the tolerance, at odd row counts (a tile
-// partly past n_out) and k of one to ten blocks; a row's bits the same
+// partly past n_out) and k of one to ten blocks (of 32: 5 and 9 too, a
+// chunk partly zeros); a row's bits the same
 // alone, among 5, 16 or 33 rows and among 100 (decode and prefill tiles).
 TEST_P(CudaMatmulInt, MatchesCpuAndIsBatchInvariant) {
   WICK_REQUIRE_GPU();
@@ -29,7 +30,7 @@ TEST_P(CudaMatmulInt, MatchesCpuAndIsBatchInvariant) {
   IntProducts on(true);
   auto be = cuda_backend();
   std::mt19937 rng(23 + unsigned(t));
-  for (int64_t n_in : {256, 512, 2560})
+  for (int64_t n_in : {160, 256, 288, 512, 2560})  // (160, 288: a chunk part padding)
     for (int64_t n_out : {1, 37, 300}) {
       if (n_in % traits(t).block_size) continue;
       auto wb = random_weight(t, n_out, n_in, rng);
@@ -73,7 +74,8 @@ TEST(CudaMatmulIntFused, LaunchesEqualSeparateProducts) {
   auto be = cuda_backend();
   std::mt19937 rng(31);
   const int64_t D = 512, F = 768, hd = 64, n_head = D / hd, n_head_kv = 2, kv_dim = n_head_kv * hd;
-  for (DType t : {DType::Q8_0, DType::Q6_K, DType::Q4_0})
+  for (DType t :
+       {DType::Q8_0, DType::Q6_K, DType::Q4_0, DType::Q4_K, DType::Q2_K})  // (stored mins)
     for (int64_t n_rows : {1, 7, 16, 20}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(n_rows));
       std::vector<std::vector<uint8_t>> bytes;
@@ -161,6 +163,31 @@ TEST(CudaMatmulIntFused, LaunchesEqualSeparateProducts) {
     }
 }
 
+// A NaN in x reaches its row's products (the quantization's block maximum
+// would drop it; its block's scale carries it), and no other row's.
+TEST(CudaMatmulInt, NanInXShowsInItsRowAlone) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(5);
+  const int64_t n_in = 512, n_out = 40, n_rows = 3;
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    auto wb = random_weight(t, n_out, n_in, rng);
+    const Weight w = be->prepare_matrix(Weight{t, n_out, n_in, wb.data()});
+    auto x = randn(size_t(n_rows * n_in), rng);
+    x[size_t(n_in + 77)] = std::nanf("");  // row 1
+    Buffer dx = to_device(*be, x.data(), x.size() * 4);
+    Buffer dy = be->alloc(size_t(n_rows * n_out) * 4);
+    be->matmul(w, dx.as<float>(), n_rows, dy.as<float>());
+    const auto y = to_host<float>(*be, dy, size_t(n_rows * n_out));
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t c = 0; c < n_out; ++c)
+        EXPECT_EQ(std::isnan(y[size_t(r * n_out + c)]), r == 1)
+            << dtype_name(t) << " row " << r << " col " << c;
+    be->release_matrix(w);
+  }
+}
+
 // Off, the same weights take bf16 products again (the switch holds for
 // every later product): the two differ by about bf16's rounding.
 TEST(CudaMatmulIntSwitch, OffGivesBf16Products) {
@@ -183,6 +210,126 @@ TEST(CudaMatmulIntSwitch, OffGivesBf16Products) {
   EXPECT_NE(integer, bf16);
   for (size_t i = 0; i < integer.size(); ++i)
     EXPECT_NEAR(integer[i], bf16[i], 0.05 * (1 + std::fabs(integer[i]))) << i;
+}
+
+// A norm that also writes its output's integer form (NormInt): the same
+// norm, and products taking that form equal products that quantize x
+// again, bit for bit, for 8-bit weights (groups of 32 and 16) and 4-bit ones
+// (with and without a min), at rows whose weights' k_pad differ (576: 576
+// and 640), past the norm's registers (n > 2,048), one to 70 rows (decode
+// and tiled kernels). Below 64 rows the products get no scratch: they can
+// only have read the norm's form.
+TEST(CudaNormInt, ProductsEqualQuantizingAgain) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(41);
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+  for (int n : {96, 576, 2112, 4352})
+    for (int n_rows : {1, 7, 20, 70}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " rows " + std::to_string(n_rows));
+      const size_t n_x = size_t(n_rows) * size_t(n);
+      const auto x = randn(n_x, rng), r = randn(n_x, rng), nw = randn(size_t(n), rng);
+      Buffer dr = to_device(*be, r.data(), n_x * 4), dnw = to_device(*be, nw.data(), size_t(n) * 4);
+      Buffer x1 = to_device(*be, x.data(), n_x * 4), x2 = to_device(*be, x.data(), n_x * 4);
+      Buffer y1 = be->alloc(n_x * 4), y2 = be->alloc(n_x * 4);
+      Buffer buf = be->alloc(cuda::norm_int_bytes(n_rows, n));
+      const cuda::NormInt ni{buf.data(), n_rows, n};
+      be->sync();
+      for (bool add : {false, true}) {
+        if (add) {
+          cuda::add_rmsnorm(x1.as<float>(), dr.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f,
+                            y1.as<float>(), st, &ni);
+          cuda::add_rmsnorm(x2.as<float>(), dr.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f,
+                            y2.as<float>(), st);
+        } else {
+          cuda::rmsnorm(x1.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f, y1.as<float>(), st, &ni);
+          cuda::rmsnorm(x2.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f, y2.as<float>(), st);
+        }
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        ASSERT_EQ(to_host<float>(*be, y1, n_x), to_host<float>(*be, y2, n_x)) << "add " << add;
+        ASSERT_EQ(to_host<float>(*be, x1, n_x), to_host<float>(*be, x2, n_x)) << "add " << add;
+        for (DType t : {DType::Q8_0, DType::Q6_K, DType::Q4_0, DType::Q4_1}) {
+          if (n % traits(t).block_size) continue;
+          const int64_t n_out = 37;
+          auto wb = random_weight(t, n_out, n, rng);
+          const Weight w = be->prepare_matrix(Weight{t, n_out, n, wb.data()});
+          const auto& g = *static_cast<const cuda::GpuWeight*>(w.aux);
+          Buffer o1 = be->alloc(size_t(n_rows * n_out) * 4),
+                 o2 = be->alloc(size_t(n_rows * n_out) * 4);
+          Buffer xb = be->alloc(cuda::matmul_scratch_bytes(n_rows, g.k_pad));
+          be->sync();
+          const cuda::MatmulJob j1{&g, o1.as<float>(), nullptr}, j2{&g, o2.as<float>(), nullptr};
+          const uint64_t before = cuda::quantize_act_launches();
+          cuda::matmul(&j1, 1, y1.as<float>(), n_rows, n_rows < 64 ? nullptr : xb.data(), st, &ni);
+          EXPECT_EQ(cuda::quantize_act_launches(), before) << dtype_name(t);
+          cuda::matmul(&j2, 1, y2.as<float>(), n_rows, xb.data(), st);
+          ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+          EXPECT_EQ(to_host<float>(*be, o1, size_t(n_rows * n_out)),
+                    to_host<float>(*be, o2, size_t(n_rows * n_out)))
+              << dtype_name(t) << " add " << add;
+          be->release_matrix(w);
+        }
+      }
+    }
+  cudaStreamDestroy(st);
+}
+
+// Through the backend: products right after a norm of their x take its
+// integer form (no quantization launched), as do the next products of the
+// same x; after anything else ran on the stream, or of another x, they
+// quantize again. Every result equals the norm form switched off.
+TEST(CudaNormInt, BackendTakesTheFormOnlyRightAfterTheNorm) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(43);
+  const int64_t n = 576, n_out = 96;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<Weight> w;
+  for (DType t : {DType::Q8_0, DType::Q4_1}) {
+    bytes.push_back(random_weight(t, n_out, n, rng));
+    w.push_back(be->prepare_matrix(Weight{t, n_out, n, bytes.back().data()}));
+  }
+  for (int64_t n_rows : {1, 3, 70}) {
+    SCOPED_TRACE("rows " + std::to_string(n_rows));
+    const size_t n_x = size_t(n_rows * n);
+    const auto x = randn(n_x, rng), nw = randn(size_t(n), rng);
+    Buffer dx = to_device(*be, x.data(), n_x * 4), dnw = to_device(*be, nw.data(), size_t(n) * 4);
+    Buffer y = be->alloc(n_x * 4), other = be->alloc(n_x * 4);
+    auto products = [&](bool norm_int) {
+      NormInts scope(norm_int);
+      std::vector<std::vector<float>> out;
+      std::vector<uint64_t> launched;
+      auto product = [&](const Weight& wi, const float* in) {
+        Buffer o = be->alloc(size_t(n_rows * n_out) * 4);
+        const uint64_t before = cuda::quantize_act_launches();
+        be->matmul(wi, in, n_rows, o.as<float>());
+        launched.push_back(cuda::quantize_act_launches() - before);
+        out.push_back(to_host<float>(*be, o, size_t(n_rows * n_out)));
+      };
+      be->copy_to_device(dx.data(), x.data(), n_x * 4);  // (add_rmsnorm below changes it)
+      be->rmsnorm(dx.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f, y.as<float>());
+      product(w[0], y.as<float>());  // right after the norm
+      product(w[1], y.as<float>());  // after a product of the same x
+      be->copy_to_device(other.data(), x.data(), n_x * 4);
+      product(w[0], other.as<float>());  // another x
+      product(w[0], y.as<float>());      // y, but not right after its norm
+      be->add_rmsnorm(dx.as<float>(), other.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f,
+                      y.as<float>());
+      be->scale(other.as<float>(), 2.f, int64_t(n_x));
+      product(w[1], y.as<float>());  // something else ran in between
+      return std::make_pair(out, launched);
+    };
+    const auto [fused, launched] = products(true);
+    const auto [plain, plain_launched] = products(false);
+    EXPECT_EQ(launched, (std::vector<uint64_t>{0, 0, 1, 1, 1}));
+    EXPECT_EQ(plain_launched, (std::vector<uint64_t>{1, 1, 1, 1, 1}));
+    ASSERT_EQ(fused.size(), plain.size());
+    for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << "product " << i;
+  }
+  for (auto& wi : w) be->release_matrix(wi);
 }
 
 }  // namespace

@@ -764,6 +764,9 @@ TEST(CudaKv, RopeAndWriteMatchCpu) {
 // the fused kernel declines and the backend runs the two.
 TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
   WICK_REQUIRE_GPU();
+  // bf16 products (no scratch below: integer ones decline without it; their
+  // fused launch: CudaMatmulIntFused)
+  IntProducts bf16(false);
   std::mt19937 rng(9);
   const int64_t n_head_kv = 2, bs = 16;
   // rows of 256 at 16 slices, and of 4,096 at 32 (WICK_CUDA_KW_MAX; bf16's

@@ -463,5 +463,41 @@ TEST(DefaultModelOnGpu, GreedyAnswerEqualsCpu) {
   EXPECT_EQ(gpu.tokens, cpu.tokens);
 }
 
+// With integer products (the default model: Q4_1, Q6_K and Q8_0 weights),
+// the norms' integer form (cuda::set_norm_int) gives the tokens and
+// log-probabilities of each product quantizing x itself, bit for bit, with
+// fewer quantization launches.
+TEST(DefaultModelOnGpu, NormsIntegerFormKeepsTheBits) {
+  WICK_REQUIRE_GPU();
+  const char* model = std::getenv("WICK_TEST_MODEL");
+  if (!model || !std::filesystem::exists(model))
+    WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
+  IntProducts on(true);
+  std::vector<GenerateResult> out;
+  std::vector<uint64_t> launched;
+  for (bool norm_int : {false, true}) {
+    NormInts scope(norm_int);
+    auto m = load_model_and_tokenizer(model, {}, cuda_opts(false));
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(int32_t(100 + 37 * i % 5000));
+    GenerateRequest r = greedy_request(prompt, 24);
+    r.top_logprobs = 4;
+    Session s(m, 512);
+    const uint64_t before = cuda::quantize_act_launches();
+    out.push_back(s.generate(r));
+    launched.push_back(cuda::quantize_act_launches() - before);
+  }
+  std::printf("[ report ] quantization launches: %llu each product, %llu with the norms' form\n",
+              static_cast<unsigned long long>(launched[0]),
+              static_cast<unsigned long long>(launched[1]));
+  EXPECT_LT(launched[1], launched[0]);
+  EXPECT_EQ(out[0].tokens, out[1].tokens);
+  ASSERT_EQ(out[0].logprobs.size(), out[1].logprobs.size());
+  for (size_t i = 0; i < out[0].logprobs.size(); ++i) {
+    EXPECT_EQ(out[0].logprobs[i].logprob, out[1].logprobs[i].logprob) << i;
+    EXPECT_EQ(out[0].logprobs[i].top, out[1].logprobs[i].top) << i;
+  }
+}
+
 }  // namespace
 }  // namespace wick::test

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "backend/cuda/check.h"
@@ -84,8 +85,8 @@ class CudaBackend final : public Backend {
       }
     }
     norm_counter_ = alloc(sizeof(int));  // matmul_add_rmsnorm's count of finished CTAs
-    WICK_CUDA_CHECK(cudaMemsetAsync(norm_counter_.data(), 0, sizeof(int), st_));
-    WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
+    WICK_CUDA_CHECK(cudaMemsetAsync(norm_counter_.data(), 0, sizeof(int), st()));
+    WICK_CUDA_CHECK(cudaStreamSynchronize(st()));
     spdlog::debug("{}: {:.0f} MiB of {:.0f} MiB usable", name_, mib(budget_), mib(total_b));
   }
   ~CudaBackend() override {
@@ -94,8 +95,8 @@ class CudaBackend final : public Backend {
     for (auto& [k, b] : expert_tables_) b.reset();
     lora_tables_.clear();
     owned_.clear();
-    for (Buffer* b :
-         {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &xb_, &norm_counter_, &lora_t_})
+    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &xb_, &norm_counter_,
+                      &lora_t_, &norm_int_buf_})
       b->reset();
     auto tabs = std::move(rope_tabs_);  // (their release looks into rope_tabs_)
     rope_tabs_.clear();
@@ -112,7 +113,7 @@ class CudaBackend final : public Backend {
     bytes = std::max<size_t>(bytes, 16);
     // cudaMalloc fails inside a capture, and a graph must not own memory
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    WICK_CUDA_CHECK(cudaStreamIsCapturing(st_, &capturing));
+    WICK_CUDA_CHECK(cudaStreamIsCapturing(st_, &capturing));  // (st_: writes nothing)
     if (capturing != cudaStreamCaptureStatusNone)
       throw std::logic_error(fmt::format(
           "CUDA backend: {:.1f} MiB allocated while a step is recorded as a graph (a buffer the "
@@ -138,7 +139,7 @@ class CudaBackend final : public Backend {
   }
   void release(void* p) override {
     drop_graphs();  // a recorded graph may point into this memory
-    cudaStreamSynchronize(st_);
+    cudaStreamSynchronize(st());
     if (auto it = sizes_.find(p); it != sizes_.end()) {
       used_ -= it->second;
       sizes_.erase(it);
@@ -151,9 +152,10 @@ class CudaBackend final : public Backend {
     }
   }
   void copy_to_device(void* dst, const void* src, size_t n) override {
-    WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, st_));
-    WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
+    WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, st()));
+    WICK_CUDA_CHECK(cudaStreamSynchronize(st()));
   }
+  // (st_, not st(): these write nothing on the device)
   void copy_to_host(void* dst, const void* src, size_t n) override {
     WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, st_));
     WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
@@ -187,6 +189,7 @@ class CudaBackend final : public Backend {
     if (!r.min.empty())
       g.min = static_cast<const float*>(upload_owned(r.min.data(), r.min.size() * 4));
     g.min8 = r.min8;
+    if (g.fmt == cuda::Fmt::I8 || g.fmt == cuda::Fmt::U4) int_rows_.insert(g.n_in);
     Weight w = host;
     w.data = g.q;
     w.aux = &g;
@@ -230,8 +233,8 @@ class CudaBackend final : public Backend {
     const size_t bytes = size_t(spec.n_layer) * kv->layer_bytes();
     kv->k = alloc(bytes);
     kv->v = alloc(bytes);
-    WICK_CUDA_CHECK(cudaMemsetAsync(kv->k.data(), 0, bytes, st_));
-    WICK_CUDA_CHECK(cudaMemsetAsync(kv->v.data(), 0, bytes, st_));
+    WICK_CUDA_CHECK(cudaMemsetAsync(kv->k.data(), 0, bytes, st()));
+    WICK_CUDA_CHECK(cudaMemsetAsync(kv->v.data(), 0, bytes, st()));
     return kv;
   }
 
@@ -242,7 +245,7 @@ class CudaBackend final : public Backend {
         for (auto* base : {kv.k_layer<uint8_t>(il), kv.v_layer<uint8_t>(il)})
           WICK_CUDA_CHECK(cudaMemcpyAsync(base + size_t(dst) * block_bytes,
                                           base + size_t(src) * block_bytes, block_bytes,
-                                          cudaMemcpyDeviceToDevice, st_));
+                                          cudaMemcpyDeviceToDevice, st()));
   }
   BatchArgs upload(const Batch& b) override {
     const auto& ints = b.packed();
@@ -253,8 +256,8 @@ class CudaBackend final : public Backend {
     if (bytes > pinned_bytes_) grow_pinned(bytes + bytes / 2);
     std::memcpy(pinned_, ints.data(), bytes);
     WICK_CUDA_CHECK(
-        cudaMemcpyAsync(batch_buf_.data(), pinned_, bytes, cudaMemcpyHostToDevice, st_));
-    WICK_CUDA_CHECK(cudaEventRecord(upload_done_, st_));
+        cudaMemcpyAsync(batch_buf_.data(), pinned_, bytes, cudaMemcpyHostToDevice, st()));
+    WICK_CUDA_CHECK(cudaEventRecord(upload_done_, st()));
     return b.args(batch_buf_.as<int32_t>());
   }
 
@@ -263,20 +266,20 @@ class CudaBackend final : public Backend {
   bool replay(uint64_t key) override {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
-    WICK_CUDA_CHECK(cudaGraphLaunch(it->second, st_));
+    WICK_CUDA_CHECK(cudaGraphLaunch(it->second, st()));
     return true;
   }
   void capture_begin() override {
-    WICK_CUDA_CHECK(cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal));
+    WICK_CUDA_CHECK(cudaStreamBeginCapture(st(), cudaStreamCaptureModeThreadLocal));
   }
   void capture_abort() override {
     cudaGraph_t g = nullptr;
-    if (cudaStreamEndCapture(st_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    if (cudaStreamEndCapture(st(), &g) == cudaSuccess && g) cudaGraphDestroy(g);
     cudaGetLastError();  // an invalidated capture's error is not the caller's
   }
   void capture_end(uint64_t key) override {
     cudaGraph_t g = nullptr;
-    WICK_CUDA_CHECK(cudaStreamEndCapture(st_, &g));
+    WICK_CUDA_CHECK(cudaStreamEndCapture(st(), &g));
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
     cudaGraphDestroy(g);
@@ -294,23 +297,28 @@ class CudaBackend final : public Backend {
 
   // ---- kernels ----
   void embed(const Weight& tok, const BatchArgs& b, float* out) override {
-    cuda::embed(desc(tok), b.token_ids, b.n_tokens, out, st_);
+    cuda::embed(desc(tok), b.token_ids, b.n_tokens, out, st());
   }
   void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
                float* y) override {
     if (skip("norm")) return;
-    cuda::rmsnorm(x, w, int(n_rows), int(n), eps, y, st_);
+    const cuda::NormInt* ni = norm_int_for(n_rows, n);
+    cuda::rmsnorm(x, w, int(n_rows), int(n), eps, y, st(), ni);
+    if (ni) norm_made(y);
   }
   void add_rmsnorm(float* x, const float* r, const float* w, int64_t n_rows, int64_t n, float eps,
                    float* y) override {
     if (skip("norm")) return;
-    cuda::add_rmsnorm(x, r, w, int(n_rows), int(n), eps, y, st_);
+    const cuda::NormInt* ni = norm_int_for(n_rows, n);
+    cuda::add_rmsnorm(x, r, w, int(n_rows), int(n), eps, y, st(), ni);
+    if (ni) norm_made(y);
   }
   void matmul(const Weight& w, const float* x, int64_t n_rows, float* y) override {
     const cuda::MatmulJob job{&desc(w), y, nullptr};
     const GpuWeight& d = *job.w;
     if (skip(d.n_out >= 32000 ? "head" : d.n_in == d.n_out ? "o" : "down")) return;
-    cuda::matmul(&job, 1, x, int(n_rows), mm_scratch(*job.w, n_rows), st_);
+    const ReadsX r(*this, x, n_rows);
+    cuda::matmul(&job, 1, x, int(n_rows), mm_scratch(&job, 1, n_rows), st(), r.ni);
     add_lora(w, x, n_rows, y);
   }
   void matmul_add_rmsnorm(const Weight& w, const float* in, int64_t n_rows, float* proj, float* x,
@@ -319,7 +327,7 @@ class CudaBackend final : public Backend {
     const cuda::AddNorm a{x, norm, eps, y, norm_counter_.as<int>()};
     // (WICK_CUDA_SKIP measures the product and the norm apart: two kernels;
     // a LoRA term comes between the product and the add)
-    if (skip_.empty() && !w.lora && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st_)) return;
+    if (skip_.empty() && !w.lora && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st())) return;
     Backend::matmul_add_rmsnorm(w, in, n_rows, proj, x, norm, eps, y);
   }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
@@ -327,48 +335,51 @@ class CudaBackend final : public Backend {
     if (skip("qkv")) return;
     cuda::MatmulJob jobs[3];
     for (int i = 0; i < 3; ++i) jobs[i] = {&desc(*w[i]), out[i], bias[i]};
-    cuda::matmul(jobs, 3, x, int(n_rows), mm_scratch(*jobs[0].w, n_rows), st_);
+    const ReadsX r(*this, x, n_rows);
+    cuda::matmul(jobs, 3, x, int(n_rows), mm_scratch(jobs, 3, n_rows), st(), r.ni);
     for (int i = 0; i < 3; ++i) add_lora(*w[i], x, n_rows, out[i]);
   }
   void matmul_gate_up(const Weight& gate, const Weight& up, const float* x, int64_t n_rows,
                       float* g, float* u) override {
     if (skip("gate_up")) return;
+    const ReadsX r(*this, x, n_rows);
     const GpuWeight &dg = desc(gate), &du = desc(up);
     if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group || gate.lora ||
         up.lora) {
       Backend::matmul_gate_up(gate, up, x, n_rows, g, u);  // two products, then silu * up
       return;
     }
-    cuda::matmul_gate_up(dg, du, x, int(n_rows), g, mm_scratch(dg, n_rows), st_);
+    const cuda::MatmulJob job{&dg, g, nullptr};  // (up: gate's layout)
+    cuda::matmul_gate_up(dg, du, x, int(n_rows), g, mm_scratch(&job, 1, n_rows), st(), r.ni);
   }
   void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
-    cuda::add_bias(y, b, int(n_rows), int(n), st_);
+    cuda::add_bias(y, b, int(n_rows), int(n), st());
   }
-  void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, st_); }
-  void scale(float* x, float s, int64_t n) override { cuda::scale(x, s, n, st_); }
+  void add(float* y, const float* x, int64_t n) override { cuda::add(y, x, n, st()); }
+  void scale(float* x, float s, int64_t n) override { cuda::scale(x, s, n, st()); }
   void silu_mul(float* gate, const float* up, int64_t n) override {
-    cuda::silu_mul(gate, up, n, st_);
+    cuda::silu_mul(gate, up, n, st());
   }
   void rope(float* x, const BatchArgs& b, int64_t n_heads, int64_t head_dim,
             const float* inv_freq) override {
-    cuda::rope(x, b.rope_pos, b.n_tokens, int(n_heads), int(head_dim), inv_freq, st_);
+    cuda::rope(x, b.rope_pos, b.n_tokens, int(n_heads), int(head_dim), inv_freq, st());
   }
   void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                 const float* v) override {
     cuda::kv_write(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                   b.slots, b.n_tokens, int(kv.kv_dim), st_);
+                   b.slots, b.n_tokens, int(kv.kv_dim), st());
   }
   void kv_deviation(const KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                     const float* v, float* out) override {
     cuda::kv_deviation(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                       b.slots, b.n_tokens, int(kv.kv_dim), out, st_);
+                       b.slots, b.n_tokens, int(kv.kv_dim), out, st());
   }
   void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
                      const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
     if (skip("rope")) return;
     cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
                         !kv.pre_rope, b.slots, b.rope_pos, b.n_tokens, int(s.n_head),
-                        int(s.n_head_kv), int(s.head_dim), inv_freq, st_);
+                        int(s.n_head_kv), int(s.head_dim), inv_freq, st());
   }
   void qkv_rope_kv_write(const Weight* w[3], const float* bias[3], const float* x, float* out[3],
                          KvStore& kv, int64_t il, const BatchArgs& b, const AttnShape& s) override {
@@ -386,9 +397,10 @@ class CudaBackend final : public Backend {
     // (WICK_CUDA_SKIP measures qkv and rope apart: the two kernels; LoRA
     // terms come between the products and RoPE)
     const bool lora = w[0]->lora || w[1]->lora || w[2]->lora;
+    const ReadsX rx(*this, x, b.n_tokens);
     if (skip_.empty() && !lora &&
-        cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, mm_scratch(*jobs[0].w, b.n_tokens),
-                                 st_))
+        cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, mm_scratch(jobs, 3, b.n_tokens), st(),
+                                 rx.ni))
       return;
     Backend::qkv_rope_kv_write(w, bias, x, out, kv, il, b, s);
   }
@@ -409,11 +421,11 @@ class CudaBackend final : public Backend {
                      kv.dtype == DType::F16,
                      kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr,
                      s.score_factor};
-    cuda::attention(a, b, st_);
+    cuda::attention(a, b, st());
   }
   void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
                  int32_t* ids, float* w) override {
-    cuda::moe_route(logits, int(n_tokens), int(n_expert), int(k), norm, ids, w, st_);
+    cuda::moe_route(logits, int(n_tokens), int(n_expert), int(k), norm, ids, w, st());
   }
   void moe_mlp(std::span<const ExpertWeights> experts, const float* x, int64_t n_tokens, int64_t k,
                const int32_t* ids, const float* w, float* out) override {
@@ -427,7 +439,7 @@ class CudaBackend final : public Backend {
     if (moe_i_.bytes() < ni * 4) moe_i_ = alloc(ni * 4);
     const auto* table = expert_tables_.at(experts[0].gate.aux).as<GpuWeight>();
     cuda::moe_mlp(table, E, gate, down, x, int(n_tokens), int(k), ids, w, out, moe_f_.as<float>(),
-                  moe_i_.as<int32_t>(), st_);
+                  moe_i_.as<int32_t>(), st());
   }
   bool can_sample() const override { return true; }
   void sample(float* logits, int64_t n_rows, int64_t n_vocab, std::span<const SampleRow> rows,
@@ -444,15 +456,15 @@ class CudaBackend final : public Backend {
     std::vector<uint8_t> host(rows_b + pairs_b);
     std::memcpy(host.data(), rows.data(), rows.size_bytes());
     if (!pairs.empty()) std::memcpy(host.data() + rows_b, pairs.data(), pairs.size_bytes());
-    WICK_CUDA_CHECK(cudaMemcpyAsync(base, host.data(), host.size(), cudaMemcpyHostToDevice, st_));
+    WICK_CUDA_CHECK(cudaMemcpyAsync(base, host.data(), host.size(), cudaMemcpyHostToDevice, st()));
     auto* d_ids = reinterpret_cast<int32_t*>(base + rows_b + pairs_b);
     void* scratch = base + (rows_b + pairs_b + ids_b + 15) / 16 * 16;
     cuda::sample(logits, int(n_rows), int(n_vocab), reinterpret_cast<const SampleRow*>(base),
-                 reinterpret_cast<const int32_t*>(base + rows_b), d_ids, scratch, st_);
+                 reinterpret_cast<const int32_t*>(base + rows_b), d_ids, scratch, st());
     copy_to_host(ids, d_ids, ids_b);
   }
   void gather_logit_rows(const float* x, const BatchArgs& b, int64_t n, float* out) override {
-    cuda::gather_rows(x, b.logit_rows, b.n_logits, int(n), out, st_);
+    cuda::gather_rows(x, b.logit_rows, b.n_logits, int(n), out, st());
   }
 
  private:
@@ -481,7 +493,7 @@ class CudaBackend final : public Backend {
     const size_t need = size_t(n_rows) * size_t(t.total_rank) * 4;
     if (lora_t_.bytes() < need) lora_t_ = alloc(need * 2);
     cuda::lora_add(t.terms.as<cuda::LoraTerm>(), t.n_terms, t.total_rank, adapter_of_, x,
-                   int(n_rows), int(w.n_in), int(w.n_out), lora_t_.as<float>(), y, st_);
+                   int(n_rows), int(w.n_in), int(w.n_out), lora_t_.as<float>(), y, st());
   }
   // The rope table for pre-RoPE keys, grown (doubling) to cover n_pos
   // positions: one per frequency buffer (each runner has its own), so that
@@ -491,7 +503,7 @@ class CudaBackend final : public Backend {
     if (head_dim != t.head_dim || n_pos > t.n_pos) {
       const int n = std::max(n_pos, head_dim == t.head_dim ? 2 * t.n_pos : n_pos);
       t.tab = alloc(size_t(n) * size_t(head_dim) * 4);
-      cuda::rope_table(inv_freq, head_dim, n, t.tab.as<float>(), st_);
+      cuda::rope_table(inv_freq, head_dim, n, t.tab.as<float>(), st());
       t.head_dim = head_dim;
       t.n_pos = n;
     }
@@ -513,10 +525,59 @@ class CudaBackend final : public Backend {
   // The tiled matmul's bf16 copy of the activations, grown to the largest
   // product seen (graphs are recorded on a shape's second step, by when it
   // has its size).
-  void* mm_scratch(const GpuWeight& w, int64_t n_rows) {
-    // decode batches stay on the decode kernel, which needs none but for integer products
-    if (n_rows < 64 && !cuda::int_path(w)) return nullptr;
-    const size_t need = cuda::matmul_scratch_bytes(int(n_rows), w.k_pad);
+  // ---- the norms' integer form (kernels.h, NormInt) ----
+  // With integer products, a norm of rows as long as some 8/4-bit weight's
+  // also writes its output's integer form, and the products that read that
+  // output next take it instead of quantizing it again. It is y's only while
+  // nothing else ran: st() counts the stream's uses, a norm records the
+  // count, and products (which never write their x) record it again after
+  // their own launches.
+  cudaStream_t st() {
+    ++n_stream_uses_;
+    return st_;
+  }
+  const cuda::NormInt* norm_int_for(int64_t n_rows, int64_t n) {
+    norm_y_ = nullptr;
+    if (!cuda::int_products() || !cuda::norm_int() || !int_rows_.count(n)) return nullptr;
+    const size_t need = cuda::norm_int_bytes(int(n_rows), int(n));
+    if (norm_int_buf_.bytes() < need) norm_int_buf_ = alloc(need);
+    norm_int_ = cuda::NormInt{norm_int_buf_.data(), int(n_rows), int(n)};
+    return &norm_int_;
+  }
+  void norm_made(const float* y) {
+    norm_y_ = y;
+    norm_stamp_ = n_stream_uses_;
+  }
+  // Held by a product of x over its launches (and those of the products a
+  // fallback makes of it): ni, x's integer form where the stream's last use
+  // was x's norm or a product of x.
+  struct ReadsX {
+    CudaBackend& be;
+    const cuda::NormInt* ni = nullptr;
+    ReadsX(CudaBackend& b, const float* x, int64_t n_rows) : be(b) {
+      if (x && b.norm_y_ == x && b.norm_int_.M == n_rows &&
+          (b.norm_stamp_ == b.n_stream_uses_ || b.n_readers_ > 0)) {
+        ni = &b.norm_int_;
+        ++b.n_readers_;
+      }
+    }
+    ~ReadsX() {
+      if (!ni) return;
+      --be.n_readers_;
+      be.norm_stamp_ = be.n_stream_uses_;
+    }
+    ReadsX(const ReadsX&) = delete;
+    ReadsX& operator=(const ReadsX&) = delete;
+  };
+  void* mm_scratch(const cuda::MatmulJob* jobs, int n_jobs, int64_t n_rows) {
+    // decode batches stay on the decode kernel, which needs none but for
+    // integer products; matmul() may split the jobs into launches of
+    // different k_pad, each using it whole (the largest counts)
+    size_t need = 0;
+    for (int j = 0; j < n_jobs; ++j)
+      if (n_rows >= 64 || cuda::int_path(*jobs[j].w))
+        need = std::max(need, cuda::matmul_scratch_bytes(int(n_rows), jobs[j].w->k_pad));
+    if (!need) return nullptr;
     if (xb_.bytes() < need) xb_ = alloc(need);
     return xb_.data();
   }
@@ -551,7 +612,13 @@ class CudaBackend final : public Backend {
     return !skip_.empty() && skip_.find(std::string(",") + what + ",") != std::string::npos;
   }
   std::string skip_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, xb_, norm_counter_, lora_t_;
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, xb_, norm_counter_, lora_t_,
+      norm_int_buf_;
+  uint64_t n_stream_uses_ = 0, norm_stamp_ = 0;
+  int n_readers_ = 0;              // ReadsX in scope with x's integer form
+  const float* norm_y_ = nullptr;  // the output whose integer form norm_int_ holds
+  cuda::NormInt norm_int_;
+  std::set<int64_t> int_rows_;  // n_in of the 8/4-bit weights
   struct RopeTab {
     Buffer tab;  // [n_pos][head_dim]: cos of the half, then sin
     int head_dim = 0, n_pos = 0;
@@ -620,7 +687,7 @@ void CudaBackend::moe_mlp_host_routed(std::span<const ExpertWeights> experts, co
       }
     if (r.empty()) continue;
     copy_to_device(rows.data(), r.data(), r.size() * 4);
-    cuda::gather_rows(x, rows.as<int32_t>(), int(r.size()), int(D), xs.as<float>(), st_);
+    cuda::gather_rows(x, rows.as<int32_t>(), int(r.size()), int(D), xs.as<float>(), st());
     matmul(experts[size_t(e)].gate, xs.as<float>(), int64_t(r.size()), g.as<float>());
     matmul(experts[size_t(e)].up, xs.as<float>(), int64_t(r.size()), u.as<float>());
     silu_mul(g.as<float>(), u.as<float>(), int64_t(r.size()) * F);

@@ -1,9 +1,11 @@
 // Embedding, norms, RoPE, KV writes and element-wise kernels. Row
 // reductions use one block per row with a fixed tree, so a row's result
 // does not depend on the other rows.
+#include <stdexcept>
+
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/matmul_common.cuh"
+#include "backend/cuda/matmul_int.cuh"
 
 namespace wick::cuda {
 
@@ -60,9 +62,12 @@ __global__ void embed_kernel(GpuWeight w, const int32_t* ids, float* out) {
     out[size_t(t) * w.n_in + i] = weight_at(w, row, i);
 }
 
-template <bool ADD>
-__global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, float eps,
-                               float* y) {
+// QUANT: y's integer form too (kernels.h, NormInt), for 8-bit weights in
+// i8 (rows k_i8 apart) and for 4-bit ones in u4 (k_u4 >= k_i8), each warp's
+// 32 consecutive elements a block, with quantize_act's bits.
+template <bool ADD, bool QUANT>
+__global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, float eps, float* y,
+                               IntAct i8, int k_i8, IntAct u4, int k_u4) {
   constexpr int kHeld = 8;  // elements per thread kept in registers (rows up to 8 x 256)
   __shared__ float sh[32];
   // the weights do not depend on the kernel before: fetched while it drains
@@ -77,19 +82,49 @@ __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, 
   float* xr = x + size_t(blockIdx.x) * n;
   const float* rr = ADD ? r + size_t(blockIdx.x) * n : nullptr;
   float ss = 0.f;
-  for (int i = threadIdx.x, j = 0; i < n; i += blockDim.x, ++j) {
+  auto load = [&](int i) {  // (explicit FMA: matmul.cu's fused norm repeats these bits)
     float v = xr[i];
     if constexpr (ADD) {
       v += rr[i];
       xr[i] = v;
     }
-    if (j < kHeld) xv[j] = v;
-    ss = __fmaf_rn(v, v, ss);  // explicit: matmul.cu's fused norm repeats these bits
+    ss = __fmaf_rn(v, v, ss);
+    return v;
+  };
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {  // (unrolled: xv stays in registers)
+    const int i = int(threadIdx.x) + j * int(blockDim.x);
+    if (i < n) xv[j] = load(i);
   }
+  for (int i = int(threadIdx.x) + kHeld * int(blockDim.x); i < n; i += blockDim.x) load(i);
   const float inv = rsqrtf(block_sum(ss, sh) / float(n) + eps);
   float* yr = y + size_t(blockIdx.x) * n;
-  for (int i = threadIdx.x, j = 0; i < n; i += blockDim.x, ++j)
-    yr[i] = j < kHeld ? wv[j] * (xv[j] * inv) : w[i] * (xr[i] * inv);
+  if constexpr (!QUANT) {
+    for (int i = threadIdx.x, j = 0; i < n; i += blockDim.x, ++j)
+      yr[i] = j < kHeld ? wv[j] * (xv[j] * inv) : w[i] * (xr[i] * inv);
+  } else {
+    // the row's integer forms, zeros past n
+    const int row = int(blockIdx.x), k_pad = k_u4;
+    const IntRowOut out[2] = {int_row_out(i8, row, k_i8, false), int_row_out(u4, row, k_u4, true)};
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // element base + threadIdx.x (v: its value where below n), whole warps
+    auto put = [&](int base, float v) {
+      if (base + 32 * warp >= k_pad) return;  // (k_pad is a multiple of 128)
+      const int i = base + int(threadIdx.x);
+      if (i < n) yr[i] = v;
+      quantize_block(i < n ? v : 0.f, lane, i / 32, out);
+    };
+    const int step = int(blockDim.x);
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {  // (unrolled: wv, xv stay in registers)
+      const int i = j * step + int(threadIdx.x);
+      put(j * step, i < n ? wv[j] * (xv[j] * inv) : 0.f);
+    }
+    for (int base = kHeld * step; base < k_pad; base += step) {
+      const int i = base + int(threadIdx.x);
+      put(base, i < n ? w[i] * (xr[i] * inv) : 0.f);
+    }
+  }
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
@@ -237,19 +272,36 @@ void embed(const GpuWeight& tok, const int32_t* ids, int n, float* out, cudaStre
   WICK_CUDA_LAUNCHED();
 }
 
-void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float* y,
-             cudaStream_t st) {
+namespace {
+
+template <bool ADD>
+void launch_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps,
+                    float* y, cudaStream_t st, const NormInt* ni) {
   if (n_rows <= 0) return;
+  const dim3 grid(n_rows), block(n >= 256 ? kRowThreads : 64);
+  if (!ni) {
+    launch_early(rmsnorm_kernel<ADD, false>, grid, block, 0, st, x, r, w, n, eps, y, IntAct{}, 0,
+                 IntAct{}, 0);
+    return;
+  }
+  if (ni->M != n_rows || ni->n != n)
+    throw std::logic_error("rmsnorm: the integer form's shape is not the norm's");
+  launch_early(rmsnorm_kernel<ADD, true>, grid, block, 0, st, x, r, w, n, eps, y,
+               norm_int_act(*ni, Fmt::I8), k_pad_of(Fmt::I8, n), norm_int_act(*ni, Fmt::U4),
+               k_pad_of(Fmt::U4, n));
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float* y,
+             cudaStream_t st, const NormInt* ni) {
   // x is read only (ADD = false never writes it)
-  launch_early(rmsnorm_kernel<false>, dim3(n_rows), dim3(n >= 256 ? kRowThreads : 64), 0, st,
-               const_cast<float*>(x), nullptr, w, n, eps, y);
+  launch_rmsnorm<false>(const_cast<float*>(x), nullptr, w, n_rows, n, eps, y, st, ni);
 }
 
 void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps, float* y,
-                 cudaStream_t st) {
-  if (n_rows <= 0) return;
-  launch_early(rmsnorm_kernel<true>, dim3(n_rows), dim3(n >= 256 ? kRowThreads : 64), 0, st, x, r,
-               w, n, eps, y);
+                 cudaStream_t st, const NormInt* ni) {
+  launch_rmsnorm<true>(x, r, w, n_rows, n, eps, y, st, ni);
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t st) {

@@ -38,5 +38,9 @@ constexpr int elems_per_load(Fmt f) {
 constexpr int k_chunk(Fmt f) {
   return 4 * elems_per_load(f);
 }
+// A row of n elements padded to whole chunks (repack.cpp's k_pad).
+constexpr int k_pad_of(Fmt f, int n) {
+  return (n + k_chunk(f) - 1) / k_chunk(f) * k_chunk(f);
+}
 
 }  // namespace wick::cuda

@@ -12,6 +12,22 @@
 
 namespace wick::cuda {
 
+// ---- act_quant.cu ----
+// x's integer form for integer products (matmul_int.cuh), made by the norm
+// that wrote x (rmsnorm / add_rmsnorm given one), in both stored orders:
+// for 8-bit weights and for 4-bit ones, each with the rows those weights'
+// k_pad apart. Products of its M rows of n take it instead of quantizing x
+// again: the same bits, one kernel less. The caller vouches that x is still
+// the norm's.
+struct NormInt {
+  void* buf = nullptr;  // norm_int_bytes(M, n) bytes
+  int M = 0, n = 0;
+};
+size_t norm_int_bytes(int M, int n);
+// Activation quantizations launched so far, in this process (tests check
+// which products took a norm's form).
+uint64_t quantize_act_launches();
+
 // ---- matmul.cu ----
 // y [M, w.n_out] = x [M, w.n_in] . w^T (+ bias [n_out]). Each output element
 // is reduced in an order fixed by the weight's shape alone, whatever M is.
@@ -24,10 +40,12 @@ struct MatmulJob {
 // matmul_scratch_bytes(M, k_pad) bytes for the tiled (prefill) kernel, which
 // computes the same bits as the decode kernel, and for integer products
 // (int_path: required); null keeps the decode kernel.
-void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st);
+// ni: x's integer form from its norm, or null (here and below).
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
+            const NormInt* ni = nullptr);
 // out [M, n_ff] = silu(x . gate^T) * (x . up^T)
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
-                    void* xb, cudaStream_t st);
+                    void* xb, cudaStream_t st, const NormInt* ni = nullptr);
 size_t matmul_scratch_bytes(int M, int k_pad);
 // q, k, v of a decode batch with RoPE and the KV cache write in the
 // product's epilogue: the bits of matmul() then rope_kv_write(), one kernel
@@ -46,7 +64,7 @@ struct RopeKv {
   int head_dim = 0;
 };
 bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
-                        void* xb, cudaStream_t st);
+                        void* xb, cudaStream_t st, const NormInt* ni = nullptr);
 // proj = in . w^T for a one-row batch, then x += proj and y = rmsnorm(x) * w
 // (add_rmsnorm's bits), the norm taken by the product's last CTA: one kernel
 // instead of two. Returns false, launching nothing, where it does not apply
@@ -86,6 +104,11 @@ bool int_products();
 // Whether products of w take integer products: they need matmul()'s scratch
 // (xb) at every batch size then.
 bool int_path(const GpuWeight& w);
+// Whether the backend's norms make their output's integer form for the
+// products after them (NormInt; WICK_CUDA_NORM_INT, default 1; the same
+// bits either way: for measuring and tests).
+void set_norm_int(bool on);
+bool norm_int();
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);
@@ -129,10 +152,11 @@ void lora_add(const LoraTerm* terms, int n_terms, int total_rank, const int32_t*
 
 // ---- elementwise.cu ----
 void embed(const GpuWeight& tok, const int32_t* ids, int n, float* out, cudaStream_t st);
+// ni (of n_rows rows of n): y's integer form there too.
 void rmsnorm(const float* x, const float* w, int n_rows, int n, float eps, float* y,
-             cudaStream_t st);
+             cudaStream_t st, const NormInt* ni = nullptr);
 void add_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n, float eps, float* y,
-                 cudaStream_t st);
+                 cudaStream_t st, const NormInt* ni = nullptr);
 void add(float* y, const float* x, int64_t n, cudaStream_t st);
 void scale(float* x, float s, int64_t n, cudaStream_t st);  // x *= s
 void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t st);

@@ -492,11 +492,17 @@ int decode_tall_rows() {
 std::atomic<int> g_tiles_force{0};  // set_decode_tiles: 8-row tiles a warp (0: the rule)
 
 // Integer products (p.xa set): one 8-row tile a warp, 16 rows a CTA in
-// decode steps, 32 past 16 rows.
-template <Fmt F, int IG, bool GATED>
-void dispatch_int(Params& p, int n_tiles, cudaStream_t st) {
-  if (p.M <= 16) return launch<F, 1, 1, GATED, false, false, false, IG>(p, n_tiles, 1, st);
-  launch<F, 2, 1, GATED, false, false, false, IG>(p, n_tiles, ceil_div(p.M, 32), st);
+// decode steps, 32 past 16 rows; 4-bit weights' prefill (no tiled kernel)
+// two 8-row tiles a warp past 32 rows, so that half as many CTAs read x
+// from L2 (a tile shape never changes a result's bits; not gated: that
+// kernel spills 292 bytes).
+template <Fmt F, int IG, bool GATED, typename Tiles>
+void dispatch_int(Params& p, Tiles tiles, cudaStream_t st) {
+  if (p.M <= 16) return launch<F, 1, 1, GATED, false, false, false, IG>(p, tiles(1), 1, st);
+  if constexpr (F == Fmt::U4 && !GATED)
+    if (p.M > 32)
+      return launch<F, 2, 2, GATED, false, false, false, IG>(p, tiles(2), ceil_div(p.M, 32), st);
+  launch<F, 2, 1, GATED, false, false, false, IG>(p, tiles(1), ceil_div(p.M, 32), st);
 }
 
 // Tile shapes by batch rows: decode keeps many CTAs over the weight rows;
@@ -516,8 +522,8 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
   if constexpr ((F == Fmt::I8 || F == Fmt::U4) && !GROUPED) {
     if (p.xa.q) {
       if constexpr (F == Fmt::I8)
-        if (p.jobs[0].w.group == 16) return dispatch_int<F, 16, GATED>(p, tiles(1), st);
-      return dispatch_int<F, 32, GATED>(p, tiles(1), st);
+        if (p.jobs[0].w.group == 16) return dispatch_int<F, 16, GATED>(p, tiles, st);
+      return dispatch_int<F, 32, GATED>(p, tiles, st);
     }
   }
   // rows a CTA covers (a grouped launch: as its tile list was cut)
@@ -657,7 +663,8 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
   }
 }
 
-std::atomic<int> g_int{-1};  // -1: WICK_CUDA_INT_MMA not read yet
+std::atomic<int> g_int{-1};       // -1: WICK_CUDA_INT_MMA not read yet
+std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
 
 // Integer products load a chunk's scales (mins) of a row as one vector:
 // 16-byte aligned arrays (each its own allocation, prepare_matrix).
@@ -666,16 +673,21 @@ void check_int_weight(const GpuWeight& w) {
     throw std::logic_error("matmul: integer products need 16-byte aligned scales");
 }
 
-// x in integer form for products of w (int_path), in xb.
-IntAct int_act(const GpuWeight& w, const float* x, int M, void* xb, cudaStream_t st) {
-  if (!xb) throw std::logic_error("matmul: integer products need the scratch buffer");
+// x in integer form for products of w (int_path): its norm's (ni, where
+// its shape is the product's), or quantized into xb.
+IntAct int_act(const GpuWeight& w, const float* x, int M, void* xb, cudaStream_t st,
+               const NormInt* ni) {
   check_int_weight(w);
+  if (ni && ni->M == M && ni->n == w.n_in && w.k_pad == k_pad_of(w.fmt, w.n_in))
+    return norm_int_act(*ni, w.fmt);
+  if (!xb) throw std::logic_error("matmul: integer products need the scratch buffer");
   return quantize_act(x, M, w.n_in, w.k_pad, w.fmt == Fmt::U4, xb, st);
 }
 
 }  // namespace
 
-void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st) {
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
+            const NormInt* ni) {
   if (M <= 0 || n_jobs <= 0) return;
   // Jobs fuse into one launch when they share the layout and the reduction.
   int start = 0;
@@ -695,7 +707,7 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
     p.kw = kw_for_launch(jobs + first, p.n_jobs);
     if (int_path(w0)) {  // x in integer form, for either kernel
       for (int j = 0; j < p.n_jobs; ++j) check_int_weight(p.jobs[j].w);
-      p.xa = int_act(w0, x, M, xb, st);
+      p.xa = int_act(w0, x, M, xb, st, ni);
     }
     TiledProblem t{jobs + first, p.n_jobs};
     t.x = x;
@@ -708,7 +720,7 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
 }
 
 bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
-                        void* xb, cudaStream_t st) {
+                        void* xb, cudaStream_t st, const NormInt* ni) {
   static const bool on = env_flag("WICK_CUDA_FUSE_ROPE", true);  // 0: two kernels (measuring)
   if (!on || M < 1 || M > 16 || matmul_path() == MatmulPath::Tiled) return false;
   const GpuWeight &wq = *jobs[0].w, &wk = *jobs[1].w, &wv = *jobs[2].w;
@@ -731,7 +743,7 @@ bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const
     if (!xb) return false;
     check_int_weight(wk);
     check_int_weight(wv);
-    p.xa = int_act(wq, x, M, xb, st);
+    p.xa = int_act(wq, x, M, xb, st, ni);
   }
   return launch_fused<true, false>(p, n_tiles, st);
 }
@@ -779,6 +791,18 @@ void set_int_products(bool on) {
   g_int = on ? 1 : 0;
 }
 
+bool norm_int() {
+  if (g_norm_int.load() < 0) {
+    int unread = -1;
+    g_norm_int.compare_exchange_strong(unread, env_flag("WICK_CUDA_NORM_INT", true) ? 1 : 0);
+  }
+  return g_norm_int.load() == 1;
+}
+
+void set_norm_int(bool on) {
+  g_norm_int = on ? 1 : 0;
+}
+
 bool int_path(const GpuWeight& w) {
   return (w.fmt == Fmt::I8 || w.fmt == Fmt::U4) && int_products();
 }
@@ -804,7 +828,7 @@ bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddN
 }
 
 void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
-                    void* xb, cudaStream_t st) {
+                    void* xb, cudaStream_t st, const NormInt* ni) {
   if (M <= 0) return;
   if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
       gate.k_pad != up.k_pad) {
@@ -822,7 +846,7 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   p.kw = kw_for(gate);
   if (int_path(gate)) {
     check_int_weight(up);
-    p.xa = int_act(gate, x, M, xb, st);
+    p.xa = int_act(gate, x, M, xb, st, ni);
   }
   const MatmulJob job{&gate, nullptr, nullptr};
   TiledProblem t{&job, 1, &up, out, x, M, p.kw, xb, p.xa.q ? &p.xa : nullptr};

@@ -31,6 +31,7 @@
 // lane on the CPU.
 #pragma once
 
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_common.cuh"
 
 namespace wick::cuda {
@@ -49,6 +50,65 @@ struct IntAct {
 IntAct quantize_act(const float* x, int M, int n_in, int k_pad, bool nibbles, void* scratch,
                     cudaStream_t st);
 size_t int_act_bytes(int M, int k_pad);
+// The integer form a norm made (kernels.h, NormInt) for weights of format f
+// (k's order for I8, U4's for U4; rows k_pad_of(f, n) apart).
+IntAct norm_int_act(const NormInt& ni, Fmt f);
+
+// One row's integer form in one stored order, as a kernel writes it.
+struct IntRowOut {
+  uint8_t* q = nullptr;  // null: not wanted
+  float* d = nullptr;
+  int* s = nullptr;
+  int n_blocks = 0;  // k_pad / 32
+  bool nibbles = false;
+};
+
+// Row `row` of a (rows k_pad apart) as a kernel writes it.
+__device__ __forceinline__ IntRowOut int_row_out(const IntAct& a, int row, int k_pad,
+                                                 bool nibbles) {
+  const size_t r = size_t(row);
+  return IntRowOut{const_cast<uint8_t*>(a.q) + r * size_t(2 * k_pad),
+                   const_cast<float*>(a.d) + r * size_t(k_pad / 32),
+                   const_cast<int*>(a.s) + r * size_t(k_pad / 16), k_pad / 32, nibbles};
+}
+
+// One block of 32 of a row in integer form, one lane an element (whole
+// warps): lane holds element 32 b + lane, v (zero past the row), written to
+// each of out (where it has block b): the two levels, d / 256 and the
+// 16-sums (IntAct's layout). quantize_act's kernel and the norms'
+// (elementwise.cu) share it: the same bits.
+template <int N>
+__device__ __forceinline__ void quantize_block(float v, int lane, int b,
+                                               const IntRowOut (&out)[N]) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, off));
+  // (fmaxf drops a NaN: the block's scale carries it instead, so that the
+  // products show it as bf16 products would)
+  const float dd = __any_sync(~0u, isnan(v)) ? __int_as_float(0x7fc00000) : __fdiv_rn(amax, 127.f);
+  int q1 = 0, q2 = 0;
+  if (amax > 0.f && !isnan(dd)) {
+    q1 = max(-127, min(127, __float2int_rn(__fdiv_rn(v, dd))));
+    const float rest = __fsub_rn(v, __fmul_rn(dd, float(q1)));
+    q2 = max(-127, min(127, __float2int_rn(__fdiv_rn(__fmul_rn(rest, 256.f), dd))));
+  }
+  int sum = 256 * q1 + q2;
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(~0u, sum, off);  // per 16
+  const int e = 32 * b + lane, w = e & 7;
+#pragma unroll
+  for (int o = 0; o < N; ++o) {
+    if (!out[o].q || b >= out[o].n_blocks) continue;
+    // U4's order: in each 8, the even elements, then the odd ones; per 4
+    // stored elements their q1 bytes, then their q2 bytes
+    const int p = out[o].nibbles ? (e & ~7) + (w & 1) * 4 + (w >> 1) : e;
+    uint8_t* dst = out[o].q + (p / 4) * 8 + p % 4;
+    dst[0] = uint8_t(int8_t(q1));
+    dst[4] = uint8_t(int8_t(q2));
+    if (lane % 16 == 0) out[o].s[2 * b + lane / 16] = sum;
+    if (lane == 0) out[o].d[b] = __fdiv_rn(dd, 256.f);
+  }
+}
 
 // The shape of a chunk for integer products: NG weight groups, NB B
 // registers an mma step (2: m16n8k32, 1: m16n8k16 for groups of 16), and
