@@ -285,6 +285,7 @@ TEST(CudaMatmulFused, AddRmsnormInTheLastCtaEqualsTwoKernels) {
     ~Restore() { cuda::set_fuse_norm(was); }
   } restore;
   cuda::set_fuse_norm(true);
+  IntProducts bf16(false);  // (integer products decline the fused norm)
   auto be = cuda_backend();
   std::mt19937 rng(12);
   const float eps = 1e-6f;

@@ -234,6 +234,9 @@ struct IntRows {
   const uint8_t* q[2];
   const float* d[2];
   const int* s[2];
+  // from a shared-memory stage (int_chunk's SMEM): q is the rows' start, the
+  // lane's bytes at (lane + offset) ^ swizzle (matmul_tiled.cu, a_swizzle)
+  int lane = 0, swizzle = 0;
 };
 template <Fmt F, int IG>
 __device__ __forceinline__ IntRows int_rows(const IntAct& xa, int k_pad, int M, int r, int c) {
@@ -351,11 +354,13 @@ __device__ __forceinline__ void int_chunk(
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (h == 1 && !rows8[mt]) break;  // (zeros: rows nobody reads)
+        const uint8_t* p =
+            SMEM ? xr[mt].q[h] + ((xr[mt].lane + at) ^ xr[mt].swizzle) : xr[mt].q[h] + at;
         if constexpr (NB == 2) {
-          const uint4 v = load_x16<SMEM>(xr[mt].q[h] + at);
+          const uint4 v = load_x16<SMEM>(p);
           A[h][0] = v.x, A[h][1] = v.y, A[h][2] = v.z, A[h][3] = v.w;
         } else {
-          const uint2 v = load_x8<SMEM>(xr[mt].q[h] + at);
+          const uint2 v = load_x8<SMEM>(p);
           A[h][0] = v.x, A[h][1] = v.y;
         }
       }

@@ -83,6 +83,24 @@ struct ChunkOrder {
   }
 };
 
+// The stage's rows of x (A_ROW bytes): byte o of row r is stored at o ^
+// a_swizzle(r), which permutes the row's 16-byte segments so that the lanes
+// of one shared-memory wavefront read distinct banks. 8-bit weights' rows
+// are 128 bytes, each row on the same banks: bf16 products read 16 bytes at
+// 32 c + 16 v of rows g, g + 1 in a quarter warp (XOR 16: the odd row's
+// segments on the banks the even row leaves); integer products, groups of
+// 32, 16 bytes at 64 q + {0, 32, 16, 48}[c] (XOR 64: the other half);
+// groups of 16, 8 bytes at 32 q + 8 c of rows g .. g + 3 in a half warp
+// (XOR 32 (r & 3): four 32-byte blocks). 16-bit weights' 64-byte rows
+// already fall on distinct banks. Rows r and r + 8 share a swizzle.
+template <Fmt F, int IG>
+__device__ __forceinline__ int a_swizzle(int row) {
+  if constexpr (F != Fmt::I8) return 0;
+  if constexpr (IG == 16) return 32 * (row & 3);
+  if constexpr (IG == 32) return 64 * (row & 1);
+  return 16 * (row & 1);
+}
+
 // IG (8-bit weights, int_path): integer products for weight groups of IG,
 // int_chunk's sums from the staged chunk (x's integer form has bf16's 2
 // bytes an element, so the stages are the same); 0: bf16 products.
@@ -123,7 +141,8 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
     for (int i = 0; i < N_ACP; ++i) {
       const bool ok = m0 + a_row + i * A_STEP < p.M;
       const uint8_t* src = a_src + size_t(i) * A_STEP * a_pitch + size_t(ch) * A_ROW;
-      cp_async16(dst + (a_row + i * A_STEP) * A_ROW + 16 * a_part,
+      const int row = a_row + i * A_STEP;
+      cp_async16(dst + row * A_ROW + ((16 * a_part) ^ a_swizzle<F, IG>(row)),
                  ok ? src : reinterpret_cast<const uint8_t*>(p.xb), ok);
     }
 #pragma unroll
@@ -196,8 +215,10 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
         for (int mt = 0; mt < MT; ++mt) {
           xs[mt] = xr[mt];
           const int r = wm * 16 * MT + 16 * mt + g;
-          xs[mt].q[0] = s + r * A_ROW + 2 * IntShape<F, IG>::first(0, c);
+          xs[mt].q[0] = s + r * A_ROW;
           xs[mt].q[1] = xs[mt].q[0] + 8 * A_ROW;
+          xs[mt].lane = 2 * IntShape<F, IG>::first(0, c);
+          xs[mt].swizzle = a_swizzle<F, IG>(r);
         }
         int_chunk<F, IG, MT, NT, NACC, true>(xs, 0, rows8, cols, use.ch, b, acc);
       } else {
@@ -230,9 +251,9 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           uint32_t lo[E / 2], hi[E / 2];
 #pragma unroll
           for (int v = 0; v < E / 8; ++v) {
-            const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + 2 * E * c + 16 * v);
-            const uint4 h =
-                *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + 2 * E * c + 16 * v);
+            const int o = (2 * E * c + 16 * v) ^ a_swizzle<F, IG>(r);
+            const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + o);
+            const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + o);
             lo[4 * v] = l.x, lo[4 * v + 1] = l.y, lo[4 * v + 2] = l.z, lo[4 * v + 3] = l.w;
             hi[4 * v] = h.x, hi[4 * v + 1] = h.y, hi[4 * v + 2] = h.z, hi[4 * v + 3] = h.w;
           }
