@@ -95,8 +95,8 @@ class CudaBackend final : public Backend {
     for (auto& [k, b] : expert_tables_) b.reset();
     lora_tables_.clear();
     owned_.clear();
-    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &sample_buf_, &xb_, &norm_counter_,
-                      &lora_t_, &norm_int_buf_})
+    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &moe_q_, &sample_buf_, &xb_,
+                      &norm_counter_, &lora_t_, &norm_int_buf_})
       b->reset();
     auto tabs = std::move(rope_tabs_);  // (their release looks into rope_tabs_)
     rope_tabs_.clear();
@@ -437,9 +437,11 @@ class CudaBackend final : public Backend {
     const size_t ni = cuda::moe_scratch_ints(int(n_tokens), int(k), E);
     if (moe_f_.bytes() < nf * 4) moe_f_ = alloc(nf * 4);
     if (moe_i_.bytes() < ni * 4) moe_i_ = alloc(ni * 4);
+    const size_t nq = cuda::moe_scratch_int_bytes(int(n_tokens), int(k), gate, down);
+    if (moe_q_.bytes() < nq) moe_q_ = alloc(nq);
     const auto* table = expert_tables_.at(experts[0].gate.aux).as<GpuWeight>();
     cuda::moe_mlp(table, E, gate, down, x, int(n_tokens), int(k), ids, w, out, moe_f_.as<float>(),
-                  moe_i_.as<int32_t>(), st());
+                  moe_i_.as<int32_t>(), nq ? moe_q_.data() : nullptr, st());
   }
   bool can_sample() const override { return true; }
   void sample(float* logits, int64_t n_rows, int64_t n_vocab, std::span<const SampleRow> rows,
@@ -612,7 +614,7 @@ class CudaBackend final : public Backend {
     return !skip_.empty() && skip_.find(std::string(",") + what + ",") != std::string::npos;
   }
   std::string skip_;
-  Buffer batch_buf_, partial_, moe_f_, moe_i_, sample_buf_, xb_, norm_counter_, lora_t_,
+  Buffer batch_buf_, partial_, moe_f_, moe_i_, moe_q_, sample_buf_, xb_, norm_counter_, lora_t_,
       norm_int_buf_;
   uint64_t n_stream_uses_ = 0, norm_stamp_ = 0;
   int n_readers_ = 0;              // ReadsX in scope with x's integer form

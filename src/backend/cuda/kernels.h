@@ -114,7 +114,7 @@ enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);
 
 // Mixture of experts: rows grouped by expert. tiles[i] = (expert, first
-// row, rows, 0) with rows <= grouped_tile_rows(n_rows); expert < 0 unused.
+// row, rows, 0) with rows <= tile_rows (grouped_tile_rows); expert < 0 unused.
 struct GroupedMatmul {
   const GpuWeight* experts;  // device: [n_expert][3] gate, up, down
   GpuWeight shape;           // one expert's weight of the kind computed (host copy)
@@ -124,8 +124,14 @@ struct GroupedMatmul {
   int n_rows;      // rows of all experts together
   const float* x;  // [n_rows, shape.n_in]
   float* y;        // [n_rows, shape.n_out]
+  // integer products (int_path(shape)): x's integer form, of
+  // matmul_scratch_bytes(n_rows, shape.k_pad) bytes
+  void* xq = nullptr;
+  int tile_rows = 16;  // the most rows a tile holds (grouped_tile_rows)
 };
-int grouped_tile_rows(int n_rows);
+// Rows a tile of the experts' products holds at most (16, 32 or 64), for
+// both of a layer's products (gate/up and down; their kernels by weight type).
+int grouped_tile_rows(int n_rows, const GpuWeight& gate, const GpuWeight& down);
 void matmul_grouped(const GroupedMatmul& g, cudaStream_t st);
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t st);
 
@@ -204,12 +210,17 @@ void moe_route(const float* logits, int n_tokens, int n_expert, int k, bool norm
 // Scratch floats moe_mlp needs for n_tokens * k rows.
 size_t moe_scratch_floats(int n_tokens, int k, int n_embd, int n_ff);
 size_t moe_scratch_ints(int n_tokens, int k, int n_expert);
+// Scratch bytes for the experts' x in integer form (0: bf16 products).
+size_t moe_scratch_int_bytes(int n_tokens, int k, const GpuWeight& gate_shape,
+                             const GpuWeight& down_shape);
 // out [n_tokens, n_embd] = sum of w * down(silu(gate x) * up x) over each
 // token's experts, in expert order. experts: device [n_expert][3];
-// shape: host copies of one expert's gate and down weights.
+// shape: host copies of one expert's gate and down weights; xq: of
+// moe_scratch_int_bytes (may be null where that is 0).
 void moe_mlp(const GpuWeight* experts, int n_expert, const GpuWeight& gate_shape,
              const GpuWeight& down_shape, const float* x, int n_tokens, int k, const int32_t* ids,
-             const float* w, float* out, float* scratch, int32_t* iscratch, cudaStream_t st);
+             const float* w, float* out, float* scratch, int32_t* iscratch, void* xq,
+             cudaStream_t st);
 
 // ---- sample.cu ----
 // One token per row of logits [n_rows, n_vocab] (modified in place by the

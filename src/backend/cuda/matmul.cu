@@ -51,9 +51,10 @@ struct Params {
   const GpuWeight* experts;
   const int4* tiles;
   int which;
-  RopeKv rope;   // ROPE: RoPE and the cache write in the epilogue (jobs q, k, v)
-  AddNorm norm;  // NORM: residual add and norm of the one row, by the last CTA
-  IntAct xa;     // IG: x in integer form (quantize_act)
+  int tile_rows;  // the most rows of a tile (grouped_tile_rows)
+  RopeKv rope;    // ROPE: RoPE and the cache write in the epilogue (jobs q, k, v)
+  AddNorm norm;   // NORM: residual add and norm of the one row, by the last CTA
+  IntAct xa;      // IG: x in integer form (quantize_act)
 };
 
 // ROPE: tile t of q or k holds four rotation pairs of one head, so that the
@@ -180,7 +181,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
   static_assert(!ROPE || (MT == 1 && NT == 1 && !GATED && !GROUPED), "ROPE: one 16x8 tile");
   static_assert(!NORM || (MT == 1 && NT == 1 && !GATED && !GROUPED && !ROPE), "NORM: one row");
-  static_assert(!IG || ((F == Fmt::I8 || F == Fmt::U4) && !GROUPED && !NORM), "IG: 8/4-bit");
+  static_assert(!IG || ((F == Fmt::I8 || F == Fmt::U4) && !NORM), "IG: 8/4-bit");
   extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT], then ROPE's [16][8] sums
   allow_next_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -188,6 +189,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
   // The problem of this CTA: weights, rows of x and y.
   GpuWeight W = p.jobs[j].w, U = p.up;
+  IntAct xa = p.xa;  // (IG: a grouped tile's rows from its first)
   const float* x = p.x;
   float* y = GATED ? p.y_gated : p.jobs[j].y;
   const float* bias = p.jobs[j].bias;
@@ -200,6 +202,11 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
     if constexpr (GATED) U = p.experts[t.x * 3 + 1];
     x += size_t(t.y) * p.n_in;
     y += size_t(t.y) * W.n_out;
+    if constexpr (IG != 0) {  // the tile's rows of x's integer form
+      xa.q += size_t(t.y) * 2 * p.k_pad;
+      xa.d += size_t(t.y) * (p.k_pad / 32);
+      xa.s += size_t(t.y) * (p.k_pad / 16);
+    }
     M = t.z;
     m0 = 0;
   }
@@ -221,7 +228,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   IntRows xr[MT];
   IntCols<NACC, NT> cols;
   if constexpr (IG != 0) {
-    int_tiles<F, IG, MT>(p.xa, p.k_pad, M, m0, g, c, xr, rows8);
+    int_tiles<F, IG, MT>(xa, p.k_pad, M, m0, g, c, xr, rows8);
     set_int_cols(cols, W, U, p.k_pad, [&](int nt, int jc) {
       if constexpr (ROPE)
         if (j < 2) return rope_row(tile, 2 * c + jc, p.rope.head_dim);
@@ -496,8 +503,22 @@ std::atomic<int> g_tiles_force{0};  // set_decode_tiles: 8-row tiles a warp (0: 
 // two 8-row tiles a warp past 32 rows, so that half as many CTAs read x
 // from L2 (a tile shape never changes a result's bits; not gated: that
 // kernel spills 292 bytes).
-template <Fmt F, int IG, bool GATED, typename Tiles>
-void dispatch_int(Params& p, Tiles tiles, cudaStream_t st) {
+// Grouped (experts'): each tile's rows, 16 or 32, as its list was cut.
+template <Fmt F, int IG, bool GATED, bool GROUPED, typename Tiles>
+void dispatch_int(Params& p, Tiles tiles, int n_tiles_y, cudaStream_t st) {
+  if constexpr (GROUPED) {
+    // (4-bit gate/up: 16-row tiles only, grouped_tile_rows; its 32-row kernel spills)
+    const int rows = p.tile_rows;
+    if (rows > 32 || (F == Fmt::U4 && GATED && rows > 16))
+      throw std::logic_error("matmul_grouped: integer products in tiles of " +
+                             std::to_string(rows) + " rows");
+    if constexpr (F == Fmt::U4 && GATED)
+      return launch<F, 1, 1, GATED, true, false, false, IG>(p, tiles(1), n_tiles_y, st);
+    else if (rows == 16)
+      return launch<F, 1, 1, GATED, true, false, false, IG>(p, tiles(1), n_tiles_y, st);
+    else
+      return launch<F, 2, 1, GATED, true, false, false, IG>(p, tiles(1), n_tiles_y, st);
+  }
   if (p.M <= 16) return launch<F, 1, 1, GATED, false, false, false, IG>(p, tiles(1), 1, st);
   if constexpr (F == Fmt::U4 && !GATED)
     if (p.M > 32)
@@ -519,15 +540,16 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
     return total;
   };
   auto ty = [&](int mt) { return GROUPED ? n_tiles_y : ceil_div(p.M, 16 * mt); };
-  if constexpr ((F == Fmt::I8 || F == Fmt::U4) && !GROUPED) {
+  if constexpr (F == Fmt::I8 || F == Fmt::U4) {
     if (p.xa.q) {
       if constexpr (F == Fmt::I8)
-        if (p.jobs[0].w.group == 16) return dispatch_int<F, 16, GATED>(p, tiles, st);
-      return dispatch_int<F, 32, GATED>(p, tiles, st);
+        if (p.jobs[0].w.group == 16)
+          return dispatch_int<F, 16, GATED, GROUPED>(p, tiles, n_tiles_y, st);
+      return dispatch_int<F, 32, GATED, GROUPED>(p, tiles, n_tiles_y, st);
     }
   }
   // rows a CTA covers (a grouped launch: as its tile list was cut)
-  const int tile_rows = GROUPED            ? grouped_tile_rows(p.M)
+  const int tile_rows = GROUPED            ? p.tile_rows
                         : p.M <= 16        ? 16
                         : p.M <= 32        ? 32
                         : rows64_fit(p.kw) ? 64
@@ -853,9 +875,13 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   if (!matmul_tiled(t, st)) dispatch<true, false>(p, 0, st);
 }
 
-int grouped_tile_rows(int n_rows) {
-  // (64 only where any expert's slice count fits: kw_for gives at most kw_max)
-  return n_rows <= 16 ? 16 : n_rows <= 32 || !rows64_fit(kw_max()) ? 32 : 64;
+int grouped_tile_rows(int n_rows, const GpuWeight& gate, const GpuWeight& down) {
+  // integer products: their kernels take up to 32 rows, 16 for 4-bit gate/up
+  // (its 32-row kernel spills); 64 only where any expert's slice count fits
+  // (kw_for gives at most kw_max)
+  const bool int_gate = int_path(gate), int_down = int_path(down);
+  if (n_rows <= 16 || (int_gate && gate.fmt == Fmt::U4)) return 16;
+  return n_rows <= 32 || int_gate || int_down || !rows64_fit(kw_max()) ? 32 : 64;
 }
 
 void matmul_grouped(const GroupedMatmul& g, cudaStream_t st) {
@@ -871,7 +897,14 @@ void matmul_grouped(const GroupedMatmul& g, cudaStream_t st) {
   p.kw = kw_for(g.shape);
   p.experts = g.experts;
   p.tiles = g.tiles;
+  p.tile_rows = g.tile_rows;
   p.which = g.which;
+  if (int_path(g.shape)) {  // every expert's rows quantized at once, for either kernel
+    if (!g.xq) throw std::logic_error("matmul_grouped: integer products need the scratch buffer");
+    check_int_weight(g.shape);
+    p.xa =
+        quantize_act(g.x, g.n_rows, g.shape.n_in, g.shape.k_pad, g.shape.fmt == Fmt::U4, g.xq, st);
+  }
   if (g.which == 0) {
     p.y_gated = g.y;
     p.up = g.shape;

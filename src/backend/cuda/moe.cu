@@ -1,6 +1,8 @@
 // Mixture of experts on the device: routing, grouping rows by expert (a
 // counting sort), the grouped expert products, and the weighted sum. Nothing
 // crosses to the host, so the step can be captured in a CUDA graph.
+#include <algorithm>
+
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -94,8 +96,9 @@ __global__ void combine_kernel(const float* os, const int32_t* ids, const float*
   }
 }
 
-int max_tiles(int n_pairs, int n_expert) {
-  return ceil_div(n_pairs, grouped_tile_rows(n_pairs)) + n_expert;
+// Tiles of at most `rows` rows: each expert's last one may be partial.
+int max_tiles(int n_pairs, int n_expert, int rows) {
+  return ceil_div(n_pairs, rows) + n_expert;
 }
 
 }  // namespace
@@ -114,12 +117,22 @@ size_t moe_scratch_floats(int n_tokens, int k, int n_embd, int n_ff) {
 
 size_t moe_scratch_ints(int n_tokens, int k, int n_expert) {
   const int pairs = n_tokens * k;
-  return 2 * size_t(pairs) + size_t(n_expert + 1) + 4 * size_t(max_tiles(pairs, n_expert)) + 4;
+  // (16-row tiles: the most tiles grouped_tile_rows allows)
+  return 2 * size_t(pairs) + size_t(n_expert + 1) + 4 * size_t(max_tiles(pairs, n_expert, 16)) + 4;
+}
+
+size_t moe_scratch_int_bytes(int n_tokens, int k, const GpuWeight& gate_shape,
+                             const GpuWeight& down_shape) {
+  size_t bytes = 0;
+  for (const GpuWeight* w : {&gate_shape, &down_shape})
+    if (int_path(*w)) bytes = std::max(bytes, matmul_scratch_bytes(n_tokens * k, w->k_pad));
+  return bytes;
 }
 
 void moe_mlp(const GpuWeight* experts, int n_expert, const GpuWeight& gate_shape,
              const GpuWeight& down_shape, const float* x, int n_tokens, int k, const int32_t* ids,
-             const float* w, float* out, float* scratch, int32_t* iscratch, cudaStream_t st) {
+             const float* w, float* out, float* scratch, int32_t* iscratch, void* xq,
+             cudaStream_t st) {
   if (n_tokens <= 0) return;
   const int pairs = n_tokens * k, D = down_shape.n_out, F = gate_shape.n_out;
   float* xs = scratch;                 // [pairs, D] rows of x by expert
@@ -131,15 +144,17 @@ void moe_mlp(const GpuWeight* experts, int n_expert, const GpuWeight& gate_shape
   // int4 tiles, 16-byte aligned
   uintptr_t t = reinterpret_cast<uintptr_t>(offsets + n_expert + 1);
   int4* tiles = reinterpret_cast<int4*>((t + 15) / 16 * 16);
-  const int n_tiles = max_tiles(pairs, n_expert), rows = grouped_tile_rows(pairs);
+  const int rows = grouped_tile_rows(pairs, gate_shape, down_shape),
+            n_tiles = max_tiles(pairs, n_expert, rows);
 
   group_kernel<<<1, 32, 0, st>>>(ids, pairs, n_expert, rows, perm, pos_of_pair, offsets, tiles,
                                  n_tiles);
   WICK_CUDA_LAUNCHED();
   gather_kernel<<<pairs, 128, 0, st>>>(x, perm, k, D, xs);
   WICK_CUDA_LAUNCHED();
-  matmul_grouped({experts, gate_shape, 0, tiles, n_tiles, pairs, xs, hs}, st);
-  matmul_grouped({experts, down_shape, 2, tiles, n_tiles, pairs, hs, os}, st);
+  // (integer products: each quantizes its x into xq, down's after gate's ran)
+  matmul_grouped({experts, gate_shape, 0, tiles, n_tiles, pairs, xs, hs, xq, rows}, st);
+  matmul_grouped({experts, down_shape, 2, tiles, n_tiles, pairs, hs, os, xq, rows}, st);
   combine_kernel<<<n_tokens, 128, 0, st>>>(os, ids, w, pos_of_pair, k, D, out);
   WICK_CUDA_LAUNCHED();
 }
