@@ -278,9 +278,9 @@ TEST(CudaMatmulIntSwitch, OffGivesBf16Products) {
 // norm, and products taking that form equal products that quantize x
 // again, bit for bit, for 8-bit weights (groups of 32 and 16) and 4-bit ones
 // (with and without a min), at rows whose weights' k_pad differ (576: 576
-// and 640), past the norm's registers (n > 2,048), one to 70 rows (decode
-// and tiled kernels). Below 64 rows the products get no scratch: they can
-// only have read the norm's form.
+// and 640), past the norm's registers (n > 2,048), one to 70 rows (the
+// decode kernel; at 70 the tiled one too, forced). Below 64 rows the products get no scratch: they
+// can only have read the norm's form.
 TEST(CudaNormInt, ProductsEqualQuantizingAgain) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
@@ -331,6 +331,15 @@ TEST(CudaNormInt, ProductsEqualQuantizingAgain) {
           EXPECT_EQ(to_host<float>(*be, o1, size_t(n_rows * n_out)),
                     to_host<float>(*be, o2, size_t(n_rows * n_out)))
               << dtype_name(t) << " add " << add;
+          if (n_rows >= 64) {  // the tiled kernel reading the norm's form (8-bit weights)
+            cuda::set_matmul_path(cuda::MatmulPath::Tiled);
+            cuda::matmul(&j1, 1, y1.as<float>(), n_rows, xb.data(), st, &ni);
+            cuda::set_matmul_path(cuda::MatmulPath::Auto);
+            ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+            EXPECT_EQ(to_host<float>(*be, o1, size_t(n_rows * n_out)),
+                      to_host<float>(*be, o2, size_t(n_rows * n_out)))
+                << dtype_name(t) << " add " << add << ", tiled";
+          }
           be->release_matrix(w);
         }
       }
@@ -341,7 +350,8 @@ TEST(CudaNormInt, ProductsEqualQuantizingAgain) {
 // Through the backend: products right after a norm of their x take its
 // integer form (no quantization launched), as do the next products of the
 // same x; after anything else ran on the stream, or of another x, they
-// quantize again. Every result equals the norm form switched off.
+// quantize again (a stale form would change the last product's bits). Every
+// result equals the norm form switched off.
 TEST(CudaNormInt, BackendTakesTheFormOnlyRightAfterTheNorm) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
@@ -380,8 +390,8 @@ TEST(CudaNormInt, BackendTakesTheFormOnlyRightAfterTheNorm) {
       product(w[0], y.as<float>());      // y, but not right after its norm
       be->add_rmsnorm(dx.as<float>(), other.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f,
                       y.as<float>());
-      be->scale(other.as<float>(), 2.f, int64_t(n_x));
-      product(w[1], y.as<float>());  // something else ran in between
+      be->scale(y.as<float>(), 2.f, int64_t(n_x));
+      product(w[1], y.as<float>());  // y rewritten since its norm: the form is stale
       return std::make_pair(out, launched);
     };
     const auto [fused, launched] = products(true);

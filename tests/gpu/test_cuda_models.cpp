@@ -479,7 +479,7 @@ TEST(DefaultModelOnGpu, NormsIntegerFormKeepsTheBits) {
     NormInts scope(norm_int);
     auto m = load_model_and_tokenizer(model, {}, cuda_opts(false));
     std::vector<int32_t> prompt;
-    for (int i = 0; i < 40; ++i) prompt.push_back(int32_t(100 + 37 * i % 5000));
+    for (int i = 0; i < 80; ++i) prompt.push_back(int32_t(100 + 37 * i % 5000));  // (tiled prefill)
     GenerateRequest r = greedy_request(prompt, 24);
     r.top_logprobs = 4;
     Session s(m, 512);

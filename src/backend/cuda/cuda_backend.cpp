@@ -12,7 +12,6 @@
 #include <cstring>
 #include <list>
 #include <map>
-#include <set>
 #include <unordered_map>
 
 #include "backend/cuda/check.h"
@@ -138,9 +137,12 @@ class CudaBackend final : public Backend {
     return Buffer(this, p, bytes);
   }
   void release(void* p) override {
-    drop_graphs();  // a recorded graph may point into this memory
-    cudaStreamSynchronize(st());
+    drop_graphs();               // a recorded graph may point into this memory
+    cudaStreamSynchronize(st_);  // (st_: freeing writes nothing; a freed norm output below)
     if (auto it = sizes_.find(p); it != sizes_.end()) {
+      const auto* base = static_cast<const uint8_t*>(p);
+      const auto* y = reinterpret_cast<const uint8_t*>(norm_y_);
+      if (y >= base && y < base + it->second) norm_y_ = nullptr;  // (the address may come back)
       used_ -= it->second;
       sizes_.erase(it);
     }
@@ -189,7 +191,8 @@ class CudaBackend final : public Backend {
     if (!r.min.empty())
       g.min = static_cast<const float*>(upload_owned(r.min.data(), r.min.size() * 4));
     g.min8 = r.min8;
-    if (g.fmt == cuda::Fmt::I8 || g.fmt == cuda::Fmt::U4) int_rows_.insert(g.n_in);
+    if (g.fmt == cuda::Fmt::I8 || g.fmt == cuda::Fmt::U4)
+      int_rows_[g.n_in] |= g.fmt == cuda::Fmt::U4 ? 2 : 1;
     Weight w = host;
     w.data = g.q;
     w.aux = &g;
@@ -540,10 +543,12 @@ class CudaBackend final : public Backend {
   }
   const cuda::NormInt* norm_int_for(int64_t n_rows, int64_t n) {
     norm_y_ = nullptr;
-    if (!cuda::int_products() || !cuda::norm_int() || !int_rows_.count(n)) return nullptr;
+    const auto kinds = int_rows_.find(n);
+    if (!cuda::int_products() || !cuda::norm_int() || kinds == int_rows_.end()) return nullptr;
     const size_t need = cuda::norm_int_bytes(int(n_rows), int(n));
     if (norm_int_buf_.bytes() < need) norm_int_buf_ = alloc(need);
-    norm_int_ = cuda::NormInt{norm_int_buf_.data(), int(n_rows), int(n)};
+    norm_int_ = cuda::NormInt{norm_int_buf_.data(), int(n_rows), int(n), (kinds->second & 1) != 0,
+                              (kinds->second & 2) != 0};
     return &norm_int_;
   }
   void norm_made(const float* y) {
@@ -620,7 +625,8 @@ class CudaBackend final : public Backend {
   int n_readers_ = 0;              // ReadsX in scope with x's integer form
   const float* norm_y_ = nullptr;  // the output whose integer form norm_int_ holds
   cuda::NormInt norm_int_;
-  std::set<int64_t> int_rows_;  // n_in of the 8/4-bit weights
+  // n_in of the 8/4-bit weights: 1 some 8-bit, 2 some 4-bit (the forms norms make)
+  std::map<int64_t, int> int_rows_;
   struct RopeTab {
     Buffer tab;  // [n_pos][head_dim]: cos of the half, then sin
     int head_dim = 0, n_pos = 0;

@@ -286,9 +286,10 @@ void launch_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n,
   }
   if (ni->M != n_rows || ni->n != n)
     throw std::logic_error("rmsnorm: the integer form's shape is not the norm's");
+  // (a form not wanted: null levels, which quantize_block skips)
   launch_early(rmsnorm_kernel<ADD, true>, grid, block, 0, st, x, r, w, n, eps, y,
-               norm_int_act(*ni, Fmt::I8), k_pad_of(Fmt::I8, n), norm_int_act(*ni, Fmt::U4),
-               k_pad_of(Fmt::U4, n));
+               ni->for_i8 ? norm_int_act(*ni, Fmt::I8) : IntAct{}, k_pad_of(Fmt::I8, n),
+               ni->for_u4 ? norm_int_act(*ni, Fmt::U4) : IntAct{}, k_pad_of(Fmt::U4, n));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ namespace wick::cuda {
 struct NormInt {
   void* buf = nullptr;  // norm_int_bytes(M, n) bytes
   int M = 0, n = 0;
+  bool for_i8 = true, for_u4 = true;  // the forms made (for 8-bit, 4-bit weights)
 };
 size_t norm_int_bytes(int M, int n);
 // Activation quantizations launched so far, in this process (tests check

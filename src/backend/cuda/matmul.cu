@@ -700,7 +700,8 @@ void check_int_weight(const GpuWeight& w) {
 IntAct int_act(const GpuWeight& w, const float* x, int M, void* xb, cudaStream_t st,
                const NormInt* ni) {
   check_int_weight(w);
-  if (ni && ni->M == M && ni->n == w.n_in && w.k_pad == k_pad_of(w.fmt, w.n_in))
+  if (ni && ni->M == M && ni->n == w.n_in && w.k_pad == k_pad_of(w.fmt, w.n_in) &&
+      (w.fmt == Fmt::U4 ? ni->for_u4 : ni->for_i8))
     return norm_int_act(*ni, w.fmt);
   if (!xb) throw std::logic_error("matmul: integer products need the scratch buffer");
   return quantize_act(x, M, w.n_in, w.k_pad, w.fmt == Fmt::U4, xb, st);

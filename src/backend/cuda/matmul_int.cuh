@@ -63,9 +63,11 @@ struct IntRowOut {
   bool nibbles = false;
 };
 
-// Row `row` of a (rows k_pad apart) as a kernel writes it.
+// Row `row` of a (rows k_pad apart) as a kernel writes it; none where a
+// has no levels (a form not wanted).
 __device__ __forceinline__ IntRowOut int_row_out(const IntAct& a, int row, int k_pad,
                                                  bool nibbles) {
+  if (!a.q) return IntRowOut{};
   const size_t r = size_t(row);
   return IntRowOut{const_cast<uint8_t*>(a.q) + r * size_t(2 * k_pad),
                    const_cast<float*>(a.d) + r * size_t(k_pad / 32),
