@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
 #include "io/dtype.h"
+#include "random_weight.h"
 
 namespace wick::test {
 
@@ -110,6 +111,27 @@ struct NormInts {
   explicit NormInts(bool on) { cuda::set_norm_int(on); }
   ~NormInts() { cuda::set_norm_int(was); }
 };
+
+// E random experts on the host: gate and up [F][D] of type tg, down [D][F]
+// of td (the weights point into bytes).
+struct HostExperts {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ExpertWeights> w;
+};
+inline HostExperts random_experts(int64_t E, int64_t D, int64_t F, DType tg, DType td,
+                                  std::mt19937& rng) {
+  HostExperts h;
+  h.w.resize(size_t(E));
+  for (ExpertWeights& e : h.w) {
+    h.bytes.push_back(random_weight(tg, F, D, rng));
+    e.gate = Weight{tg, F, D, h.bytes.back().data()};
+    h.bytes.push_back(random_weight(tg, F, D, rng));
+    e.up = Weight{tg, F, D, h.bytes.back().data()};
+    h.bytes.push_back(random_weight(td, D, F, rng));
+    e.down = Weight{td, D, F, h.bytes.back().data()};
+  }
+  return h;
+}
 
 // RoPE's inverse frequencies for heads of hd (theta 10,000).
 inline std::vector<float> rope_inv_freq(int64_t hd) {

@@ -207,16 +207,9 @@ TEST(CudaMoeInt, ExpertsMatchCpuAndRowsAlone) {
                         {DType::Q8_0, DType::Q4_0}}) {
     SCOPED_TRACE(std::string(dtype_name(tg)) + " / " + dtype_name(td));
     auto be = cuda_backend();  // (a backend each: its expert table)
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<ExpertWeights> host(E), dev(E);
-    for (int64_t e = 0; e < E; ++e) {
-      bytes.push_back(random_weight(tg, F, D, rng));
-      host[size_t(e)].gate = Weight{tg, F, D, bytes.back().data()};
-      bytes.push_back(random_weight(tg, F, D, rng));
-      host[size_t(e)].up = Weight{tg, F, D, bytes.back().data()};
-      bytes.push_back(random_weight(td, D, F, rng));
-      host[size_t(e)].down = Weight{td, D, F, bytes.back().data()};
-    }
+    const HostExperts experts = random_experts(E, D, F, tg, td, rng);
+    const std::vector<ExpertWeights>& host = experts.w;
+    std::vector<ExpertWeights> dev(static_cast<size_t>(E));
     be->prepare_experts(host, dev);
     ASSERT_TRUE(cuda::int_path(*static_cast<const cuda::GpuWeight*>(dev[0].gate.aux)));
     const auto logits = randn(size_t(n_max * E), rng), x = randn(size_t(n_max * D), rng, 0.2f);

@@ -951,16 +951,9 @@ TEST(CudaMoe, RouteAndExpertsMatchCpu) {
     auto be = cuda_backend(f32);
     const int64_t E = 8, K = 2, D = c.D, F = 96;
     const DType t = f32 ? DType::F32 : DType::BF16;
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<ExpertWeights> host(E), dev(E);
-    for (int64_t e = 0; e < E; ++e) {
-      bytes.push_back(random_weight(t, F, D, rng));
-      host[size_t(e)].gate = Weight{t, F, D, bytes.back().data()};
-      bytes.push_back(random_weight(t, F, D, rng));
-      host[size_t(e)].up = Weight{t, F, D, bytes.back().data()};
-      bytes.push_back(random_weight(t, D, F, rng));
-      host[size_t(e)].down = Weight{t, D, F, bytes.back().data()};
-    }
+    const HostExperts experts = random_experts(E, D, F, t, t, rng);
+    const std::vector<ExpertWeights>& host = experts.w;
+    std::vector<ExpertWeights> dev(static_cast<size_t>(E));
     be->prepare_experts(host, dev);
     auto logits = randn(size_t(n_tok * E), rng);
     auto x = randn(size_t(n_tok * D), rng, 0.2f);
