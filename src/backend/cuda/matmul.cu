@@ -688,6 +688,15 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
 std::atomic<int> g_int{-1};       // -1: WICK_CUDA_INT_MMA not read yet
 std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
 
+// A switch read from `name` on first use (unless a setter came first).
+bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
+  if (v.load() < 0) {
+    int unread = -1;
+    v.compare_exchange_strong(unread, env_flag(name, fallback) ? 1 : 0);
+  }
+  return v.load() == 1;
+}
+
 // Integer products load a chunk's scales (mins) of a row as one vector:
 // 16-byte aligned arrays (each its own allocation, prepare_matrix).
 void check_int_weight(const GpuWeight& w) {
@@ -803,11 +812,7 @@ void set_fuse_norm(bool on) {
 }
 
 bool int_products() {
-  if (g_int.load() < 0) {
-    int unread = -1;
-    g_int.compare_exchange_strong(unread, env_flag("WICK_CUDA_INT_MMA", false) ? 1 : 0);
-  }
-  return g_int.load() == 1;
+  return env_switch(g_int, "WICK_CUDA_INT_MMA", false);
 }
 
 void set_int_products(bool on) {
@@ -815,11 +820,7 @@ void set_int_products(bool on) {
 }
 
 bool norm_int() {
-  if (g_norm_int.load() < 0) {
-    int unread = -1;
-    g_norm_int.compare_exchange_strong(unread, env_flag("WICK_CUDA_NORM_INT", true) ? 1 : 0);
-  }
-  return g_norm_int.load() == 1;
+  return env_switch(g_norm_int, "WICK_CUDA_NORM_INT", true);
 }
 
 void set_norm_int(bool on) {
@@ -831,11 +832,7 @@ bool int_path(const GpuWeight& w) {
 }
 
 bool fuse_norm() {
-  if (g_fuse_norm.load() < 0) {
-    int unread = -1;
-    g_fuse_norm.compare_exchange_strong(unread, env_flag("WICK_CUDA_FUSE_NORM", false) ? 1 : 0);
-  }
-  return g_fuse_norm.load() == 1;
+  return env_switch(g_fuse_norm, "WICK_CUDA_FUSE_NORM", false);
 }
 
 bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddNorm& a,
