@@ -16,6 +16,8 @@ markdown table, a row per model, weight type and product:
   M512      TFLOP/s at 512 rows (prefill), and (bf16) at 4 / 8 forced slices
   int       8/4-bit weights with integer products (WICK_CUDA_INT_MMA): the
             share at the rule, after a norm, at 16 rows; TFLOP/s at 512 rows
+  int kw    the integer products' share at 8 / 16 / 32 forced slices (the best
+            one starred)
 """
 import json
 import re
@@ -78,8 +80,8 @@ def main(path, peak=None):
     kws, nts = [4, 8, 16, 32], [1, 2, 4]
     print("| model | type | product | MB | rule: us, share | "
           + " | ".join(f"kw{k}" for k in kws) + " | " + " | ".join(f"t{t}" for t in nts)
-          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 |")
-    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|")
+          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 | int kw8 / 16 / 32 |")
+    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|---|")
     def share(b):
         return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
     for key in order:
@@ -101,7 +103,8 @@ def main(path, peak=None):
               + f" | {share(r.get((1, 0, 0, 'norm')))} | {share(r.get((16, 0, 0, 'b2b')))} | "
               + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
               + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
-              + " | " + int_cell(r, own) + " |")
+              + " | " + int_cell(r, own) + " | "
+              + " / ".join(starred({k: r.get((1, k, 0, "intb2b")) for k in (8, 16, 32)})) + " |")
 
 
 def int_cell(r, own=None):

@@ -324,7 +324,7 @@ TEST(CudaNormInt, ProductsEqualQuantizingAgain) {
           EXPECT_EQ(to_host<float>(*be, o1, size_t(n_rows * n_out)),
                     to_host<float>(*be, o2, size_t(n_rows * n_out)))
               << dtype_name(t) << " add " << add;
-          if (n_rows >= 64) {  // the tiled kernel reading the norm's form (8-bit weights)
+          if (n_rows >= 64) {  // the tiled kernel reading the norm's form
             cuda::set_matmul_path(cuda::MatmulPath::Tiled);
             cuda::matmul(&j1, 1, y1.as<float>(), n_rows, xb.data(), st, &ni);
             cuda::set_matmul_path(cuda::MatmulPath::Auto);

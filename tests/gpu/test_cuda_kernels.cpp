@@ -358,8 +358,9 @@ TEST(CudaMatmulFused, AddRmsnormInTheLastCtaEqualsTwoKernels) {
 
 // The tiled (prefill) kernel computes the decode kernel's bits: plain
 // products, q/k/v with biases in one launch, and gate/up with SiLU, for the
-// formats it takes (bf16, f16, 8-bit groups of 32 and 16) and odd shapes;
-// with bf16 products and with integer products (WICK_CUDA_INT_MMA).
+// formats it takes (bf16, f16, 8-bit groups of 32 and 16, 4-bit with the
+// min 8 scale, a stored min, and super-blocks) and odd shapes; with bf16
+// products and with integer products (WICK_CUDA_INT_MMA).
 TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend();
@@ -368,7 +369,8 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
     ~Restore() { cuda::set_matmul_path(cuda::MatmulPath::Auto); }
   } restore;
   for (bool int_mma : {false, true})
-    for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q4_0}) {
+    for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q4_0,
+                    DType::Q4_1, DType::Q4_K}) {
       const bool blocks = traits(t).block_size > 1;
       if (int_mma && !blocks) continue;  // (integer products: 8- and 4-bit weights)
       IntProducts scope(int_mma);

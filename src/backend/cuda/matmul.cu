@@ -499,10 +499,10 @@ int decode_tall_rows() {
 std::atomic<int> g_tiles_force{0};  // set_decode_tiles: 8-row tiles a warp (0: the rule)
 
 // Integer products (p.xa set): one 8-row tile a warp, 16 rows a CTA in
-// decode steps, 32 past 16 rows; 4-bit weights' prefill (no tiled kernel)
-// two 8-row tiles a warp past 32 rows, so that half as many CTAs read x
-// from L2 (a tile shape never changes a result's bits; not gated: that
-// kernel spills 292 bytes).
+// decode steps, 32 past 16 rows; 4-bit weights past 32 rows (what the tiled
+// kernel leaves: under 64 rows, or too few tiles) two 8-row tiles a warp,
+// so that half as many CTAs read x from L2 (a tile shape never changes a
+// result's bits; not gated: that kernel spills 292 bytes).
 // Grouped (experts'): each tile's rows, 16 or 32, as its list was cut.
 template <Fmt F, int IG, bool GATED, bool GROUPED, typename Tiles>
 void dispatch_int(Params& p, Tiles tiles, int n_tiles_y, cudaStream_t st) {

@@ -33,6 +33,23 @@ __device__ __forceinline__ float i8_to_float(uint32_t flipped, int i) {
   return __uint_as_float(__byte_perm(flipped, 0x4b000000u, 0x7650 + i)) - 8388736.f;
 }
 
+// Byte i of a word (0-255) as a float, as i8_to_float does it.
+__device__ __forceinline__ float u8_to_float(uint32_t word, int i) {
+  return __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7650 + i)) - 8388608.f;
+}
+
+// One word of 4-bit weights (bytes i: elements 2i, 2i + 1 in the low and
+// high nibble) as 4 bf16 pairs: two mma steps' B registers. decode<U4> is
+// four of these; the tiled kernel decodes a word right before its steps.
+// (The nibbles become floats by u8_to_float: float(n)'s values, without the
+// conversion unit.)
+__device__ __forceinline__ void decode_u4_word(uint32_t word, float s, float m, uint32_t (&b)[4]) {
+  const uint32_t lo = word & 0x0f0f0f0fu, hi = (word >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    b[i] = pack_bf16(dq(u8_to_float(lo, i), s, m), dq(u8_to_float(hi, i), s, m));
+}
+
 // The E weights of one lane's load as E/2 bf16 pairs.
 template <Fmt F>
 __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
@@ -57,10 +74,8 @@ __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
     }
   } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t byte = (r[j / 4] >> (8 * (j % 4))) & 0xff;
-      b[j] = pack_bf16(dq(float(byte & 15), s, m), dq(float(byte >> 4), s, m));
-    }
+    for (int v = 0; v < 4; ++v)
+      decode_u4_word(r[v], s, m, *reinterpret_cast<uint32_t(*)[4]>(&b[4 * v]));
   }
 }
 

@@ -13,7 +13,8 @@
 // to bf16 once (the same rounding as the decode kernel's), and chunks are
 // staged with cp.async, KS chunks per stage in a ring of NS stages, in slice
 // order. Integer products (IG, int_path) stage x's integer form instead (2
-// bytes an element as well) and take matmul_int.cuh's int_chunk.
+// bytes an element as well) and take matmul_int.cuh's int_chunk. Formats:
+// bf16, f16, and 8- and 4-bit weights (decoded as the decode kernel does).
 #include <algorithm>
 #include <atomic>
 
@@ -58,10 +59,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Chunks per stage (one barrier each) and stages in the ring.
+// Chunks per stage (one barrier each) and stages in the ring. (A 4-bit
+// chunk is 128 elements: its x tile alone is 32 KB at 128 rows; three
+// stages, 120 KB, leave the SM's shared memory half free.)
 template <Fmt F>
 constexpr int chunks_per_stage() {
-  return F == Fmt::I8 ? 1 : 2;
+  return F == Fmt::I8 || F == Fmt::U4 ? 1 : 2;
 }
 template <Fmt F>
 constexpr int stages() {
@@ -91,14 +94,25 @@ struct ChunkOrder {
 // segments on the banks the even row leaves); integer products, groups of
 // 32, 16 bytes at 64 q + {0, 32, 16, 48}[c] (XOR 64: the other half);
 // groups of 16, 8 bytes at 32 q + 8 c of rows g .. g + 3 in a half warp
-// (XOR 32 (r & 3): four 32-byte blocks). 16-bit weights' 64-byte rows
+// (XOR 32 (r & 3): four 32-byte blocks). 4-bit weights' rows are 256
+// bytes: integer products read as 8-bit ones with groups of 32 (XOR 64);
+// bf16 products read 16 bytes at 64 c + 16 v, so lanes c and c + 2 of one
+// row meet on the same banks too: XOR 16 where the offset is in the row's
+// second half, and 32 on odd rows (a_offset). 16-bit weights' 64-byte rows
 // already fall on distinct banks. Rows r and r + 8 share a swizzle.
 template <Fmt F, int IG>
 __device__ __forceinline__ int a_swizzle(int row) {
+  if constexpr (F == Fmt::U4 && IG != 0) return 64 * (row & 1);
   if constexpr (F != Fmt::I8) return 0;
   if constexpr (IG == 16) return 32 * (row & 3);
   if constexpr (IG == 32) return 64 * (row & 1);
   return 16 * (row & 1);
+}
+// Where byte o of a staged row of x is stored (16-byte segments stay whole).
+template <Fmt F, int IG>
+__device__ __forceinline__ int a_offset(int row, int o) {
+  if constexpr (F == Fmt::U4 && IG == 0) return o ^ (16 * ((o >> 7) & 1)) ^ (32 * (row & 1));
+  return o ^ a_swizzle<F, IG>(row);
 }
 
 // IG (8-bit weights, int_path): integer products for weight groups of IG,
@@ -127,7 +141,9 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   static_assert(NTHR % AV == 0 && BM % A_STEP == 0 && BN % B_STEP == 0, "copy split");
   const int a_row = int(threadIdx.x) / AV, a_part = int(threadIdx.x) % AV;
   const int b_row = int(threadIdx.x) / 4, b_part = int(threadIdx.x) % 4;
-  const size_t a_pitch = size_t(p.k_pad) * 2, b_pitch = size_t(p.k_pad) * (F == Fmt::I8 ? 1 : 2);
+  const size_t a_pitch = size_t(p.k_pad) * 2,
+               b_pitch =
+                   F == Fmt::U4 ? size_t(p.k_pad) / 2 : size_t(p.k_pad) * (F == Fmt::I8 ? 1 : 2);
   const uint8_t* a_src =
       reinterpret_cast<const uint8_t*>(p.xb) + size_t(m0 + a_row) * a_pitch + 16 * a_part;
   const uint8_t* b_src[NACC];
@@ -142,7 +158,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
       const bool ok = m0 + a_row + i * A_STEP < p.M;
       const uint8_t* src = a_src + size_t(i) * A_STEP * a_pitch + size_t(ch) * A_ROW;
       const int row = a_row + i * A_STEP;
-      cp_async16(dst + row * A_ROW + ((16 * a_part) ^ a_swizzle<F, IG>(row)),
+      cp_async16(dst + row * A_ROW + a_offset<F, IG>(row, 16 * a_part),
                  ok ? src : reinterpret_cast<const uint8_t*>(p.xb), ok);
     }
 #pragma unroll
@@ -221,6 +237,57 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           xs[mt].swizzle = a_swizzle<F, IG>(r);
         }
         int_chunk<F, IG, MT, NT, NACC, true>(xs, 0, rows8, cols, use.ch, b, acc);
+      } else if constexpr (F == Fmt::U4) {
+        // a lane's 32 weights are 16 bf16 pairs: each word of them decoded
+        // right before its two mma steps, once for the warp tile's MT row
+        // tiles (registers for the sums, not for 16 B words per tile)
+        const int k = use.ch * KC + E * c;
+        uint4 raw[NACC][NT];
+        float sc[NACC][NT], mn[NACC][NT];
+#pragma unroll
+        for (int a = 0; a < NACC; ++a) {
+          const GpuWeight& Wa = a == 0 ? W : p.up;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int row = wn * 8 * NT + 8 * nt + g;
+            raw[a][nt] =
+                *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
+            sc[a][nt] = mn[a][nt] = 0.f;
+            if (n0 + row < Wa.n_out) {
+              const size_t gi = group_index(Wa, n0 + row, k);
+              sc[a][nt] = __ldg(Wa.scale + gi);
+              mn[a][nt] = group_min(Wa, gi, sc[a][nt]);
+            }
+          }
+        }
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {  // steps 2 v, 2 v + 1: elements 8 v .. 8 v + 7
+          uint32_t b[NACC][NT][4];
+#pragma unroll
+          for (int a = 0; a < NACC; ++a)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint4 r = raw[a][nt];
+              decode_u4_word(v == 0   ? r.x
+                             : v == 1 ? r.y
+                             : v == 2 ? r.z
+                                      : r.w,
+                             sc[a][nt], mn[a][nt], b[a][nt]);
+            }
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const int r = wm * 16 * MT + 16 * mt + g, o = a_offset<F, IG>(r, 2 * E * c + 16 * v);
+            const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + o);
+            const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + o);
+#pragma unroll
+            for (int a = 0; a < NACC; ++a)
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                mma_bf16(acc[a][mt][nt], l.x, h.x, l.y, h.y, b[a][nt][0], b[a][nt][1]);
+                mma_bf16(acc[a][mt][nt], l.z, h.z, l.w, h.w, b[a][nt][2], b[a][nt][3]);
+              }
+          }
+        }
       } else {
         const int k = use.ch * KC + E * c;  // this lane's first element of the chunk
         uint32_t b[NACC][NT][E / 2];
@@ -251,7 +318,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           uint32_t lo[E / 2], hi[E / 2];
 #pragma unroll
           for (int v = 0; v < E / 8; ++v) {
-            const int o = (2 * E * c + 16 * v) ^ a_swizzle<F, IG>(r);
+            const int o = a_offset<F, IG>(r, 2 * E * c + 16 * v);
             const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + o);
             const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + o);
             lo[4 * v] = l.x, lo[4 * v + 1] = l.y, lo[4 * v + 2] = l.z, lo[4 * v + 3] = l.w;
@@ -361,16 +428,19 @@ int n_ctas(const TParams& p, int bm, int bn) {
 // kernel hides its latencies with warps, not with a deep pipeline), else
 // the smallest, 32 x 8 NT warp tiles in one-warp CTAs.
 // (IG: warp tiles of 32 rows, for the registers of the weights' scales and
-// fragments beside each slice's sums and the total)
+// fragments beside each slice's sums and the total. 4-bit weights: two
+// 8-column tiles a warp, and 16 rows for gated integer products, whose
+// 128-element chunks carry 4 groups' scales a column: wider tiles spill.)
 template <Fmt F, bool GATED, int IG = 0>
 void dispatch_tile(TParams& p, cudaStream_t st) {
-  constexpr int NT = GATED ? 2 : 4, MT = IG ? 2 : 4, R = 16 * MT;
+  constexpr bool U4 = F == Fmt::U4;
+  constexpr int NT = GATED || U4 ? 2 : 4, MT = IG ? (U4 && GATED ? 1 : 2) : 4, R = 16 * MT;
   const int want = 6 * n_sms();
   if (8 * n_ctas(p, 2 * R, 32 * NT) >= want) return launch<F, 2, 4, MT, NT, GATED, IG>(p, st);
   if (4 * n_ctas(p, 2 * R, 16 * NT) >= want) return launch<F, 2, 2, MT, NT, GATED, IG>(p, st);
   if (2 * n_ctas(p, R, 16 * NT) >= want) return launch<F, 1, 2, MT, NT, GATED, IG>(p, st);
   if (n_ctas(p, R, 8 * NT) >= want) return launch<F, 1, 1, MT, NT, GATED, IG>(p, st);
-  launch<F, 1, 1, 2, NT, GATED, IG>(p, st);
+  launch<F, 1, 1, (MT < 2 ? MT : 2), NT, GATED, IG>(p, st);
 }
 
 }  // namespace
@@ -392,8 +462,7 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
   const MatmulPath path = MatmulPath(g_path.load());
   if (path == MatmulPath::DecodeKernel || !t.xb || t.M <= 0) return false;
   const Fmt f = t.jobs[0].w->fmt;
-  if (f != Fmt::BF16 && f != Fmt::F16 && f != Fmt::I8) return false;
-  if (t.xa && f != Fmt::I8) return false;  // (integer products of 4-bit weights: decode kernel)
+  if (f != Fmt::BF16 && f != Fmt::F16 && f != Fmt::I8 && f != Fmt::U4) return false;
   const bool force = path == MatmulPath::Tiled;
   // too few rows to share a staged weight tile: the decode kernel streams better
   if (!force && t.M < 64) return false;
@@ -410,11 +479,15 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
     p.y_gated = t.y_gated;
   }
   // decide before converting: a refused problem launches nothing
-  const int NT = gated ? 2 : 4;
+  const int NT = gated || f == Fmt::U4 ? 2 : 4;  // (dispatch_tile's)
   if (!force && n_ctas(p, 32, 8 * NT) < n_sms()) return false;
   if (t.xa) {  // x is in xb already, in integer form
     p.xa = *t.xa;
     p.xb = reinterpret_cast<const uint32_t*>(t.xa->q);
+    if (f == Fmt::U4) {  // (groups of 32)
+      gated ? dispatch_tile<Fmt::U4, true, 32>(p, st) : dispatch_tile<Fmt::U4, false, 32>(p, st);
+      return true;
+    }
     const bool g16 = t.jobs[0].w->group == 16;
     if (gated)
       g16 ? dispatch_tile<Fmt::I8, true, 16>(p, st) : dispatch_tile<Fmt::I8, true, 32>(p, st);
@@ -432,6 +505,9 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
       return true;
     case Fmt::F16:
       gated ? dispatch_tile<Fmt::F16, true>(p, st) : dispatch_tile<Fmt::F16, false>(p, st);
+      return true;
+    case Fmt::U4:
+      gated ? dispatch_tile<Fmt::U4, true>(p, st) : dispatch_tile<Fmt::U4, false>(p, st);
       return true;
     default:
       gated ? dispatch_tile<Fmt::I8, true>(p, st) : dispatch_tile<Fmt::I8, false>(p, st);

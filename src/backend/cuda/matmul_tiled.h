@@ -30,9 +30,9 @@ struct TiledProblem {
 };
 
 // Launches the tiled kernel and returns true, or returns false (nothing
-// launched) when it does not apply: a 4-bit or f32 weight, or too few rows
-// or tiles for it to beat the decode kernel. With xa (8-bit weights only),
-// its integer products give the decode kernel's bits.
+// launched) when it does not apply: an f32 weight, or too few rows or tiles
+// for it to beat the decode kernel. With xa (8- and 4-bit weights), its
+// integer products give the decode kernel's bits.
 bool matmul_tiled(const TiledProblem& t, cudaStream_t st);
 MatmulPath matmul_path();  // what set_matmul_path() chose
 
