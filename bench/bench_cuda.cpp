@@ -320,12 +320,13 @@ void register_all() {
           bool norm, int_mma = false;
         };
         for (Run r :
-             {Run{1, 0, 0, false}, Run{1, 4, 0, false}, Run{1, 8, 0, false}, Run{1, 16, 0, false},
-              Run{1, 32, 0, false}, Run{1, 0, 1, false}, Run{1, 0, 2, false}, Run{1, 0, 4, false},
-              Run{1, 0, 0, true}, Run{16, 0, 0, false}, Run{512, 0, 0, false},
-              Run{512, 4, 0, false}, Run{512, 8, 0, false}, Run{1, 0, 0, false, true},
-              Run{1, 0, 0, true, true}, Run{16, 0, 0, false, true}, Run{512, 0, 0, false, true},
-              Run{1, 8, 0, false, true}, Run{1, 16, 0, false, true}, Run{1, 32, 0, false, true}}) {
+             {Run{1, 0, 0, false},        Run{1, 4, 0, false},         Run{1, 8, 0, false},
+              Run{1, 16, 0, false},       Run{1, 32, 0, false},        Run{1, 0, 1, false},
+              Run{1, 0, 2, false},        Run{1, 0, 4, false},         Run{1, 0, 0, true},
+              Run{16, 0, 0, false},       Run{512, 0, 0, false},       Run{512, 4, 0, false},
+              Run{512, 8, 0, false},      Run{1, 0, 0, false, true},   Run{1, 0, 0, true, true},
+              Run{16, 0, 0, false, true}, Run{512, 0, 0, false, true}, Run{1, 8, 0, false, true},
+              Run{1, 16, 0, false, true}, Run{1, 32, 0, false, true}}) {
           if (r.tiles && t != DType::BF16) continue;             // (8- and 4-bit: one tile always)
           if (r.M == 512 && r.kw && t != DType::BF16) continue;  // (prefill's slice sweep: bf16)
           if (r.int_mma && t == DType::BF16) continue;           // (integer products: 8/4-bit)
