@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
       "  WICK_CUDA_TALL_NT/_ROWS  decode tiles of tall 16-bit matrices (default 4 from 8192 rows)\n"
       "  WICK_CUDA_TALL_KW        slices of k, 16-bit matrices of >= 8192 rows (default 4)\n"
       "  WICK_CUDA_INT_MMA        1: 8/4-bit weights' products as integer mma (default 0)\n"
-      "  WICK_CUDA_NORM_INT       0: integer products quantize x themselves, not the norm (default 1)\n"
+      "  WICK_CUDA_NORM_INT       0: integer products quantize x themselves, not the norms and\n"
+      "                           gate/up (default 1)\n"
       "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
   wick::cli::register_run(app);

@@ -397,5 +397,132 @@ TEST(CudaNormInt, BackendTakesTheFormOnlyRightAfterTheNorm) {
   for (auto& wi : w) be->release_matrix(wi);
 }
 
+// gate/up in a decode step (integer products, up to 16 rows) writes its
+// output's integer form too, each 32 columns by the last of their CTAs:
+// byte for byte what quantize_act makes of that output, in both stored
+// orders, at widths with a partial last block and zero blocks past it (200,
+// 1,000: k_pad 256 and 1,024 for 4-bit weights' order), launched twice (the
+// counters are left at zero for the next); the output itself unchanged.
+TEST(CudaGatedInt, OutputFormEqualsQuantizingAgain) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(47);
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+  const int64_t n_in = 256;
+  for (DType t : {DType::Q8_0, DType::Q6_K, DType::Q4_K})
+    for (int n_ff : {200, 1000, 4864})
+      for (int M : {1, 5, 16}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " n_ff " + std::to_string(n_ff) + " rows " +
+                     std::to_string(M));
+        auto gb = random_weight(t, n_ff, n_in, rng), ub = random_weight(t, n_ff, n_in, rng);
+        const Weight wg = be->prepare_matrix(Weight{t, n_ff, n_in, gb.data()});
+        const Weight wu = be->prepare_matrix(Weight{t, n_ff, n_in, ub.data()});
+        const auto &g = *static_cast<const cuda::GpuWeight*>(wg.aux),
+                   &u = *static_cast<const cuda::GpuWeight*>(wu.aux);
+        const auto x = randn(size_t(M * n_in), rng);
+        Buffer dx = to_device(*be, x.data(), x.size() * 4);
+        const size_t n_y = size_t(M) * size_t(n_ff);
+        Buffer y1 = be->alloc(n_y * 4), y2 = be->alloc(n_y * 4);
+        Buffer xb = be->alloc(cuda::matmul_scratch_bytes(M, g.k_pad));
+        Buffer form = be->alloc(cuda::norm_int_bytes(M, n_ff));
+        const size_t n_counters = size_t(cuda::gated_int_counters(n_ff));
+        Buffer counters = be->alloc(n_counters * sizeof(int));
+        ASSERT_EQ(cudaMemset(counters.data(), 0, n_counters * sizeof(int)), cudaSuccess);
+        const cuda::NormInt out{form.data(), M, n_ff, true, true};
+        for (int launch = 0; launch < 2; ++launch) {
+          ASSERT_EQ(cudaMemsetAsync(form.data(), 0xab, form.bytes(), st), cudaSuccess);
+          EXPECT_TRUE(cuda::matmul_gate_up(g, u, dx.as<float>(), M, y1.as<float>(), xb.data(), st,
+                                           nullptr, &out, counters.as<int>()));
+          EXPECT_FALSE(
+              cuda::matmul_gate_up(g, u, dx.as<float>(), M, y2.as<float>(), xb.data(), st));
+          ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+          ASSERT_EQ(to_host<float>(*be, y1, n_y), to_host<float>(*be, y2, n_y));
+          for (cuda::Fmt f : {cuda::Fmt::I8, cuda::Fmt::U4}) {
+            const int k_pad = cuda::k_pad_of(f, n_ff);
+            Buffer q = be->alloc(cuda::int_act_bytes(M, k_pad));
+            const cuda::IntAct want = cuda::quantize_act(y2.as<float>(), M, n_ff, k_pad,
+                                                         f == cuda::Fmt::U4, q.data(), st);
+            const cuda::IntAct got = cuda::norm_int_act(out, f);
+            ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+            auto bytes = [&](const void* p, size_t n) {
+              std::vector<uint8_t> h(n);
+              be->copy_to_host(h.data(), p, n);
+              return h;
+            };
+            const size_t n_q = size_t(M) * 2 * size_t(k_pad), n_d = size_t(M) * size_t(k_pad / 32),
+                         n_s = size_t(M) * size_t(k_pad / 16);
+            const char* order = f == cuda::Fmt::U4 ? "4-bit order" : "8-bit order";
+            EXPECT_EQ(bytes(got.q, n_q), bytes(want.q, n_q)) << order << ", launch " << launch;
+            EXPECT_EQ(bytes(got.d, n_d * 4), bytes(want.d, n_d * 4)) << order;
+            EXPECT_EQ(bytes(got.s, n_s * 4), bytes(want.s, n_s * 4)) << order;
+          }
+        }
+        EXPECT_EQ(to_host<int>(*be, counters, n_counters), std::vector<int>(n_counters, 0));
+        be->release_matrix(wg);
+        be->release_matrix(wu);
+      }
+  cudaStreamDestroy(st);
+}
+
+// Through the backend: the down products right after gate/up in a decode
+// step (up to 16 rows) take its output's form (no quantization launched),
+// as does the next product of the same x; past 16 rows, or once the output
+// changed, they quantize. Every result equals the forms switched off.
+TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(53);
+  const int64_t n = 576, n_ff = 224;  // (224: a zero block past n_ff in both orders)
+  std::vector<std::vector<uint8_t>> bytes;
+  auto weight = [&](DType t, int64_t n_out, int64_t n_in) {
+    bytes.push_back(random_weight(t, n_out, n_in, rng));
+    return be->prepare_matrix(Weight{t, n_out, n_in, bytes.back().data()});
+  };
+  const Weight gate = weight(DType::Q8_0, n_ff, n), up = weight(DType::Q8_0, n_ff, n);
+  const Weight down8 = weight(DType::Q8_0, n, n_ff), down4 = weight(DType::Q4_0, n, n_ff);
+  for (int64_t n_rows : {1, 3, 16, 20}) {
+    SCOPED_TRACE("rows " + std::to_string(n_rows));
+    const size_t n_x = size_t(n_rows * n), n_g = size_t(n_rows * n_ff);
+    const auto x = randn(n_x, rng), nw = randn(size_t(n), rng);
+    Buffer dx = to_device(*be, x.data(), n_x * 4), dnw = to_device(*be, nw.data(), size_t(n) * 4);
+    Buffer y = be->alloc(n_x * 4), g = be->alloc(n_g * 4), u = be->alloc(n_g * 4);
+    auto products = [&](bool forms) {
+      NormInts scope(forms);
+      std::vector<std::vector<float>> out;
+      std::vector<uint64_t> launched;
+      auto product = [&](const Weight& wi, const float* in) {
+        Buffer o = be->alloc(size_t(n_rows * n) * 4);
+        const uint64_t before = cuda::quantize_act_launches();
+        be->matmul(wi, in, n_rows, o.as<float>());
+        launched.push_back(cuda::quantize_act_launches() - before);
+        out.push_back(to_host<float>(*be, o, size_t(n_rows * n)));
+      };
+      be->rmsnorm(dx.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f, y.as<float>());
+      const uint64_t before = cuda::quantize_act_launches();
+      be->matmul_gate_up(gate, up, y.as<float>(), n_rows, g.as<float>(), u.as<float>());
+      launched.push_back(cuda::quantize_act_launches() - before);
+      out.push_back(to_host<float>(*be, g, n_g));
+      product(down8, g.as<float>());  // right after gate/up
+      product(down4, g.as<float>());  // after a product of the same x (the other order)
+      be->scale(g.as<float>(), 2.f, int64_t(n_g));
+      product(down8, g.as<float>());  // g rewritten: the form is stale
+      return std::make_pair(out, launched);
+    };
+    const auto [fused, launched] = products(true);
+    const auto [plain, plain_launched] = products(false);
+    if (n_rows <= 16)
+      EXPECT_EQ(launched, (std::vector<uint64_t>{0, 0, 0, 1}));
+    else
+      EXPECT_EQ(launched, (std::vector<uint64_t>{0, 1, 1, 1}));
+    EXPECT_EQ(plain_launched, (std::vector<uint64_t>{1, 1, 1, 1}));
+    ASSERT_EQ(fused.size(), plain.size());
+    for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << "output " << i;
+  }
+  for (const Weight* wi : {&gate, &up, &down8, &down4}) be->release_matrix(*wi);
+}
+
 }  // namespace
 }  // namespace wick::test

@@ -464,9 +464,9 @@ TEST(DefaultModelOnGpu, GreedyAnswerEqualsCpu) {
 }
 
 // With integer products (the default model: Q4_1, Q6_K and Q8_0 weights),
-// the norms' integer form (cuda::set_norm_int) gives the tokens and
-// log-probabilities of each product quantizing x itself, bit for bit, with
-// fewer quantization launches.
+// the integer forms the norms and (decode steps) gate/up write
+// (cuda::set_norm_int) give the tokens and log-probabilities of each
+// product quantizing x itself, bit for bit, with fewer quantization launches.
 TEST(DefaultModelOnGpu, NormsIntegerFormKeepsTheBits) {
   WICK_REQUIRE_GPU();
   const char* model = std::getenv("WICK_TEST_MODEL");
@@ -487,7 +487,7 @@ TEST(DefaultModelOnGpu, NormsIntegerFormKeepsTheBits) {
     out.push_back(s.generate(r));
     launched.push_back(cuda::quantize_act_launches() - before);
   }
-  std::printf("[ report ] quantization launches: %llu each product, %llu with the norms' form\n",
+  std::printf("[ report ] quantization launches: %llu each product, %llu with the forms\n",
               static_cast<unsigned long long>(launched[0]),
               static_cast<unsigned long long>(launched[1]));
   EXPECT_LT(launched[1], launched[0]);

@@ -94,8 +94,9 @@ class CudaBackend final : public Backend {
     for (auto& [k, b] : expert_tables_) b.reset();
     lora_tables_.clear();
     owned_.clear();
-    for (Buffer* b : {&batch_buf_, &partial_, &moe_f_, &moe_i_, &moe_q_, &sample_buf_, &xb_,
-                      &norm_counter_, &lora_t_, &norm_int_buf_})
+    for (Buffer* b :
+         {&batch_buf_, &partial_, &moe_f_, &moe_i_, &moe_q_, &sample_buf_, &xb_, &norm_counter_,
+          &lora_t_, &norm_form_.buf, &gated_form_.buf, &gated_counters_})
       b->reset();
     auto tabs = std::move(rope_tabs_);  // (their release looks into rope_tabs_)
     rope_tabs_.clear();
@@ -141,8 +142,10 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(st_);  // (st_: freeing writes nothing; a freed norm output below)
     if (auto it = sizes_.find(p); it != sizes_.end()) {
       const auto* base = static_cast<const uint8_t*>(p);
-      const auto* y = reinterpret_cast<const uint8_t*>(norm_y_);
-      if (y >= base && y < base + it->second) norm_y_ = nullptr;  // (the address may come back)
+      for (IntForm* f : {&norm_form_, &gated_form_}) {  // (the address may come back)
+        const auto* y = reinterpret_cast<const uint8_t*>(f->y);
+        if (y >= base && y < base + it->second) f->y = nullptr;
+      }
       used_ -= it->second;
       sizes_.erase(it);
     }
@@ -330,7 +333,12 @@ class CudaBackend final : public Backend {
     const cuda::AddNorm a{x, norm, eps, y, norm_counter_.as<int>()};
     // (WICK_CUDA_SKIP measures the product and the norm apart: two kernels;
     // a LoRA term comes between the product and the add)
-    if (skip_.empty() && !w.lora && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st())) return;
+    // (st_, counted only if it launched: the down product's x may have its
+    // integer form from gate/up, which a count here would call stale)
+    if (skip_.empty() && !w.lora && cuda::matmul_add_rmsnorm(job, in, int(n_rows), a, st_)) {
+      ++n_stream_uses_;
+      return;
+    }
     Backend::matmul_add_rmsnorm(w, in, n_rows, proj, x, norm, eps, y);
   }
   void matmul_qkv(const Weight* w[3], const float* bias[3], const float* x, int64_t n_rows,
@@ -353,7 +361,14 @@ class CudaBackend final : public Backend {
       return;
     }
     const cuda::MatmulJob job{&dg, g, nullptr};  // (up: gate's layout)
-    cuda::matmul_gate_up(dg, du, x, int(n_rows), g, mm_scratch(&job, 1, n_rows), st(), r.ni);
+    // decode steps with integer products: g's integer form too, for down
+    const cuda::NormInt* out = gated_int_for(dg, n_rows);
+    void* xb = mm_scratch(&job, 1, n_rows);
+    if (cuda::matmul_gate_up(dg, du, x, int(n_rows), g, xb, st(), r.ni, out,
+                             out ? gated_counters_.as<int>() : nullptr)) {
+      gated_form_.y = g;
+      gated_form_.stamp = n_stream_uses_;
+    }
   }
   void add_bias(float* y, const float* b, int64_t n_rows, int64_t n) override {
     cuda::add_bias(y, b, int(n_rows), int(n), st());
@@ -530,48 +545,76 @@ class CudaBackend final : public Backend {
   // The tiled matmul's bf16 copy of the activations, grown to the largest
   // product seen (graphs are recorded on a shape's second step, by when it
   // has its size).
-  // ---- the norms' integer form (kernels.h, NormInt) ----
+  // ---- outputs' integer forms (kernels.h, NormInt) ----
   // With integer products, a norm of rows as long as some 8/4-bit weight's
-  // also writes its output's integer form, and the products that read that
-  // output next take it instead of quantizing it again. It is y's only while
-  // nothing else ran: st() counts the stream's uses, a norm records the
-  // count, and products (which never write their x) record it again after
-  // their own launches.
+  // also writes its output's integer form, and so does gate/up in a decode
+  // step (for down); the products that read that output next take it
+  // instead of quantizing it again. It is y's only while nothing else ran:
+  // st() counts the stream's uses, the maker records the count, and products
+  // (which never write their x) record it again after their own launches.
+  struct IntForm {
+    Buffer buf;
+    cuda::NormInt ni;
+    const float* y = nullptr;  // the output whose form ni holds (null: none)
+    uint64_t stamp = 0;        // n_stream_uses_ when it was last y's
+  };
   cudaStream_t st() {
     ++n_stream_uses_;
     return st_;
   }
-  const cuda::NormInt* norm_int_for(int64_t n_rows, int64_t n) {
-    norm_y_ = nullptr;
+  // f's NormInt for n_rows x n, in the orders the model's weights of rows of
+  // n take (null: none, or the switches off)
+  const cuda::NormInt* int_form_for(IntForm& f, int64_t n_rows, int64_t n) {
+    f.y = nullptr;
     const auto kinds = int_rows_.find(n);
     if (!cuda::int_products() || !cuda::norm_int() || kinds == int_rows_.end()) return nullptr;
     const size_t need = cuda::norm_int_bytes(int(n_rows), int(n));
-    if (norm_int_buf_.bytes() < need) norm_int_buf_ = alloc(need);
-    norm_int_ = cuda::NormInt{norm_int_buf_.data(), int(n_rows), int(n), (kinds->second & 1) != 0,
-                              (kinds->second & 2) != 0};
-    return &norm_int_;
+    if (f.buf.bytes() < need) f.buf = alloc(need);
+    f.ni = cuda::NormInt{f.buf.data(), int(n_rows), int(n), (kinds->second & 1) != 0,
+                         (kinds->second & 2) != 0};
+    return &f.ni;
+  }
+  const cuda::NormInt* norm_int_for(int64_t n_rows, int64_t n) {
+    return int_form_for(norm_form_, n_rows, n);
   }
   void norm_made(const float* y) {
-    norm_y_ = y;
-    norm_stamp_ = n_stream_uses_;
+    norm_form_.y = y;
+    norm_form_.stamp = n_stream_uses_;
+  }
+  // gate/up's output form: decode steps (the decode kernel's 16-row launch
+  // writes it) of integer products; its counters zeroed once
+  const cuda::NormInt* gated_int_for(const GpuWeight& gate, int64_t n_rows) {
+    gated_form_.y = nullptr;
+    if (n_rows > 16 || !cuda::int_path(gate)) return nullptr;
+    const cuda::NormInt* ni = int_form_for(gated_form_, n_rows, gate.n_out);
+    const size_t need = size_t(cuda::gated_int_counters(gate.n_out)) * sizeof(int);
+    if (ni && gated_counters_.bytes() < need) {
+      gated_counters_ = alloc(need);
+      WICK_CUDA_CHECK(cudaMemsetAsync(gated_counters_.data(), 0, need, st()));
+    }
+    return ni;
   }
   // Held by a product of x over its launches (and those of the products a
   // fallback makes of it): ni, x's integer form where the stream's last use
-  // was x's norm or a product of x.
+  // was its maker or a product of x.
   struct ReadsX {
     CudaBackend& be;
+    IntForm* form = nullptr;
     const cuda::NormInt* ni = nullptr;
     ReadsX(CudaBackend& b, const float* x, int64_t n_rows) : be(b) {
-      if (x && b.norm_y_ == x && b.norm_int_.M == n_rows &&
-          (b.norm_stamp_ == b.n_stream_uses_ || b.n_readers_ > 0)) {
-        ni = &b.norm_int_;
-        ++b.n_readers_;
-      }
+      for (IntForm* f : {&b.norm_form_, &b.gated_form_})
+        if (x && f->y == x && f->ni.M == n_rows &&
+            (f->stamp == b.n_stream_uses_ || b.n_readers_ > 0)) {
+          form = f;
+          ni = &f->ni;
+          ++b.n_readers_;
+          break;
+        }
     }
     ~ReadsX() {
-      if (!ni) return;
+      if (!form) return;
       --be.n_readers_;
-      be.norm_stamp_ = be.n_stream_uses_;
+      form->stamp = be.n_stream_uses_;
     }
     ReadsX(const ReadsX&) = delete;
     ReadsX& operator=(const ReadsX&) = delete;
@@ -620,11 +663,10 @@ class CudaBackend final : public Backend {
   }
   std::string skip_;
   Buffer batch_buf_, partial_, moe_f_, moe_i_, moe_q_, sample_buf_, xb_, norm_counter_, lora_t_,
-      norm_int_buf_;
-  uint64_t n_stream_uses_ = 0, norm_stamp_ = 0;
-  int n_readers_ = 0;              // ReadsX in scope with x's integer form
-  const float* norm_y_ = nullptr;  // the output whose integer form norm_int_ holds
-  cuda::NormInt norm_int_;
+      gated_counters_;
+  uint64_t n_stream_uses_ = 0;
+  int n_readers_ = 0;  // ReadsX in scope with x's integer form
+  IntForm norm_form_, gated_form_;
   // n_in of the 8/4-bit weights: 1 some 8-bit, 2 some 4-bit (the forms norms make)
   std::map<int64_t, int> int_rows_;
   struct RopeTab {

@@ -14,17 +14,36 @@ namespace wick::cuda {
 
 // ---- act_quant.cu ----
 // x's integer form for integer products (matmul_int.cuh), made by the norm
-// that wrote x (rmsnorm / add_rmsnorm given one), in both stored orders:
+// that wrote x (rmsnorm / add_rmsnorm given one) or by the gate/up product
+// (matmul_gate_up given one, for down), in both stored orders:
 // for 8-bit weights and for 4-bit ones, each with the rows those weights'
 // k_pad apart. Products of its M rows of n take it instead of quantizing x
 // again: the same bits, one kernel less. The caller vouches that x is still
-// the norm's.
+// what its maker wrote.
 struct NormInt {
   void* buf = nullptr;  // norm_int_bytes(M, n) bytes
   int M = 0, n = 0;
   bool for_i8 = true, for_u4 = true;  // the forms made (for 8-bit, 4-bit weights)
 };
 size_t norm_int_bytes(int M, int n);
+// The activations of one product in integer form (act_quant.cu). The
+// stored order of a row's elements is k's, or for U4 weights, in each 8,
+// the 4 even elements and then the 4 odd ones.
+struct IntAct {
+  const uint8_t* q = nullptr;  // [M][2 k_pad]: per 4 stored elements, their q1 bytes, then q2
+  const float* d = nullptr;    // [M][k_pad / 32]: d / 256 of each block
+  const int* s = nullptr;      // [M][k_pad / 16]: the sum of 256 q1 + q2 over each 16
+};
+
+// x [M][n_in] in integer form (zeros past n_in) in `scratch`, of
+// int_act_bytes(M, k_pad) bytes; nibbles: U4's stored order (act_quant.cu).
+IntAct quantize_act(const float* x, int M, int n_in, int k_pad, bool nibbles, void* scratch,
+                    cudaStream_t st);
+size_t int_act_bytes(int M, int k_pad);
+// The integer form in ni (made by a norm or gate/up) for weights of format f
+// (k's order for I8, U4's for U4; rows k_pad_of(f, n) apart).
+IntAct norm_int_act(const NormInt& ni, Fmt f);
+
 // Activation quantizations launched so far, in this process (tests check
 // which products took a norm's form).
 uint64_t quantize_act_launches();
@@ -44,9 +63,18 @@ struct MatmulJob {
 // ni: x's integer form from its norm, or null (here and below).
 void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
             const NormInt* ni = nullptr);
-// out [M, n_ff] = silu(x . gate^T) * (x . up^T)
-void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
-                    void* xb, cudaStream_t st, const NormInt* ni = nullptr);
+// out [M, n_ff] = silu(x . gate^T) * (x . up^T). With out_int (integer
+// products of up to 16 rows, so the decode kernel): out's integer form too
+// (NormInt's layout, n = n_ff), for the down product, with quantize_act's
+// bits; counters: ceil(n_ff / 32) ints, zero between launches (the kernel
+// leaves them so). Returns whether it wrote that form.
+bool matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
+                    void* xb, cudaStream_t st, const NormInt* ni = nullptr,
+                    const NormInt* out_int = nullptr, int* counters = nullptr);
+// The counters matmul_gate_up's integer output takes for n_ff columns.
+inline int gated_int_counters(int n_ff) {
+  return (n_ff + 31) / 32;
+}
 size_t matmul_scratch_bytes(int M, int k_pad);
 // q, k, v of a decode batch with RoPE and the KV cache write in the
 // product's epilogue: the bits of matmul() then rope_kv_write(), one kernel

@@ -55,6 +55,14 @@ struct Params {
   RopeKv rope;    // ROPE: RoPE and the cache write in the epilogue (jobs q, k, v)
   AddNorm norm;   // NORM: residual add and norm of the one row, by the last CTA
   IntAct xa;      // IG: x in integer form (quantize_act)
+  // GATED decode with integer products (16 rows, 8 columns a CTA): the
+  // output's integer form too, for the product of it after (the down
+  // projection), in the orders wanted (levels null: not), rows k_* apart;
+  // each 32 columns by the last of their 4 CTAs (out_counters, one a block,
+  // zero between launches); null: none
+  IntAct out_i8, out_u4;
+  int out_k_i8, out_k_u4;
+  int* out_counters;
 };
 
 // ROPE: tile t of q or k holds four rotation pairs of one head, so that the
@@ -170,6 +178,37 @@ __device__ void add_rmsnorm_row(const AddNorm& a, const float* r, int n, float* 
     const float v = a.x[i] + __ldcg(r + i);
     a.x[i] = v;
     a.y[i] = a.w[i] * (v * inv);
+  }
+}
+
+// A gated decode launch's output in integer form (Params' out_*), after
+// this CTA wrote its 8 columns (n0..) of y's M rows: the last of the CTAs
+// of their block of 32 quantizes the block from L2 (and, for the last
+// block, the zero blocks past n_out to the forms' k_pad), with
+// quantize_block: quantize_act's bits. One warp a row.
+__device__ void gated_int_out(const Params& p, const float* y, int n0, int n_out, int M) {
+  __shared__ int last;
+  const int b = n0 / 32;
+  const int n_ctas = min(4, (min(n_out - 32 * b, 32) + 7) / 8);  // CTAs of 8 columns in block b
+  __threadfence();                                               // this CTA's y before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.out_counters + b, 1) == n_ctas - 1;
+    if (last) p.out_counters[b] = 0;  // all of them counted: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x / 32;
+  const int k_pad = max(p.out_i8.q ? p.out_k_i8 : 0, p.out_u4.q ? p.out_k_u4 : 0);
+  const int b_end = 32 * b + 32 >= n_out ? k_pad / 32 : b + 1;
+  for (int r = warp; r < M; r += n_warps) {
+    const IntRowOut out[2] = {int_row_out(p.out_i8, r, p.out_k_i8, false),
+                              int_row_out(p.out_u4, r, p.out_k_u4, true)};
+    for (int bb = b; bb < b_end; ++bb) {
+      const int i = 32 * bb + lane;
+      quantize_block(i < n_out ? __ldcg(y + size_t(r) * n_out + i) : 0.f, lane, bb, out);
+    }
   }
 }
 
@@ -360,6 +399,8 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
     __syncthreads();
     rope_kv_epilogue(p, j, tile, n0, W.n_out, M, res, y);
   }
+  if constexpr (GATED && !GROUPED && IG != 0 && MT == 1 && NT == 1)
+    if (p.out_counters) gated_int_out(p, y, n0, W.n_out, M);
   if constexpr (NORM) {  // the last CTA to finish takes the row's add and norm
     __shared__ int last;
     __threadfence();  // this CTA's y before its count
@@ -847,9 +888,10 @@ bool matmul_add_rmsnorm(const MatmulJob& job, const float* in, int M, const AddN
   return launch_fused<false, true>(p, ceil_div(w.n_out, 8), st);
 }
 
-void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
-                    void* xb, cudaStream_t st, const NormInt* ni) {
-  if (M <= 0) return;
+bool matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
+                    void* xb, cudaStream_t st, const NormInt* ni, const NormInt* out_int,
+                    int* counters) {
+  if (M <= 0) return false;
   if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
       gate.k_pad != up.k_pad) {
     throw std::logic_error("matmul_gate_up: the caller splits unlike weights");
@@ -868,9 +910,22 @@ void matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
     check_int_weight(up);
     p.xa = int_act(gate, x, M, xb, st, ni);
   }
+  // the output's integer form: the decode kernel's 16-row launch (dispatch_int)
+  if (out_int && counters && p.xa.q && M <= 16 && matmul_path() != MatmulPath::Tiled) {
+    if (out_int->M != M || out_int->n != gate.n_out)
+      throw std::logic_error("matmul_gate_up: the integer form's shape is not the output's");
+    if (out_int->for_i8) p.out_i8 = norm_int_act(*out_int, Fmt::I8);
+    if (out_int->for_u4) p.out_u4 = norm_int_act(*out_int, Fmt::U4);
+    p.out_k_i8 = k_pad_of(Fmt::I8, gate.n_out);
+    p.out_k_u4 = k_pad_of(Fmt::U4, gate.n_out);
+    p.out_counters = counters;
+    dispatch<true, false>(p, 0, st);
+    return true;
+  }
   const MatmulJob job{&gate, nullptr, nullptr};
   TiledProblem t{&job, 1, &up, out, x, M, p.kw, xb, p.xa.q ? &p.xa : nullptr};
   if (!matmul_tiled(t, st)) dispatch<true, false>(p, 0, st);
+  return false;
 }
 
 int grouped_tile_rows(int n_rows, const GpuWeight& gate, const GpuWeight& down) {

@@ -36,24 +36,6 @@
 
 namespace wick::cuda {
 
-// The activations of one product in integer form (quantize_act_kernel). The
-// stored order of a row's elements is k's, or for U4 weights, in each 8,
-// the 4 even elements and then the 4 odd ones.
-struct IntAct {
-  const uint8_t* q = nullptr;  // [M][2 k_pad]: per 4 stored elements, their q1 bytes, then q2
-  const float* d = nullptr;    // [M][k_pad / 32]: d / 256 of each block
-  const int* s = nullptr;      // [M][k_pad / 16]: the sum of 256 q1 + q2 over each 16
-};
-
-// x [M][n_in] in integer form (zeros past n_in) in `scratch`, of
-// int_act_bytes(M, k_pad) bytes; nibbles: U4's stored order (act_quant.cu).
-IntAct quantize_act(const float* x, int M, int n_in, int k_pad, bool nibbles, void* scratch,
-                    cudaStream_t st);
-size_t int_act_bytes(int M, int k_pad);
-// The integer form a norm made (kernels.h, NormInt) for weights of format f
-// (k's order for I8, U4's for U4; rows k_pad_of(f, n) apart).
-IntAct norm_int_act(const NormInt& ni, Fmt f);
-
 // One row's integer form in one stored order, as a kernel writes it.
 struct IntRowOut {
   uint8_t* q = nullptr;  // null: not wanted

@@ -13,8 +13,6 @@ namespace wick::cuda {
 
 constexpr int kMaxTiledJobs = 3;
 
-struct IntAct;  // matmul_int.cuh
-
 struct TiledProblem {
   const MatmulJob* jobs;  // same format, k_pad and group; jobs[0] is the gate when up is set
   int n_jobs;
