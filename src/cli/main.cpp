@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
       "  WICK_CUDA_INT_MMA        1: 8/4-bit weights' products as integer mma (default 0)\n"
       "  WICK_CUDA_NORM_INT       0: integer products quantize x themselves, not the norms and\n"
       "                           gate/up (default 1)\n"
+      "  WICK_CUDA_TILED_U4       0: 4-bit weights' prefill on the decode kernel's tiles (default "
+      "1)\n"
       "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
   wick::cli::register_run(app);

@@ -401,8 +401,9 @@ TEST(CudaNormInt, BackendTakesTheFormOnlyRightAfterTheNorm) {
 // output's integer form too, each 32 columns by the last of their CTAs:
 // byte for byte what quantize_act makes of that output, in both stored
 // orders, at widths with a partial last block and zero blocks past it (200,
-// 1,000: k_pad 256 and 1,024 for 4-bit weights' order), launched twice (the
-// counters are left at zero for the next); the output itself unchanged.
+// 1,000: k_pad 256 and 1,024 in both orders; 320: 320 for 8-bit weights,
+// 384 for 4-bit ones), launched twice (the counters are left at zero for the
+// next); the output itself unchanged.
 TEST(CudaGatedInt, OutputFormEqualsQuantizingAgain) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
@@ -412,7 +413,7 @@ TEST(CudaGatedInt, OutputFormEqualsQuantizingAgain) {
   ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
   const int64_t n_in = 256;
   for (DType t : {DType::Q8_0, DType::Q6_K, DType::Q4_K})
-    for (int n_ff : {200, 1000, 4864})
+    for (int n_ff : {200, 320, 1000, 4864})
       for (int M : {1, 5, 16}) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " n_ff " + std::to_string(n_ff) + " rows " +
                      std::to_string(M));
@@ -468,14 +469,16 @@ TEST(CudaGatedInt, OutputFormEqualsQuantizingAgain) {
 
 // Through the backend: the down products right after gate/up in a decode
 // step (up to 16 rows) take its output's form (no quantization launched),
-// as does the next product of the same x; past 16 rows, or once the output
-// changed, they quantize. Every result equals the forms switched off.
+// as does the next product of the same x, and so does down with the
+// residual add and the next norm (a model's layer: matmul_add_rmsnorm);
+// past 16 rows, or once the output changed, they quantize. Every result
+// equals the forms switched off.
 TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
   auto be = cuda_backend();
   std::mt19937 rng(53);
-  const int64_t n = 576, n_ff = 224;  // (224: a zero block past n_ff in both orders)
+  const int64_t n = 576, n_ff = 320;  // (320: k_pad 320 and 384 in the two orders)
   std::vector<std::vector<uint8_t>> bytes;
   auto weight = [&](DType t, int64_t n_out, int64_t n_in) {
     bytes.push_back(random_weight(t, n_out, n_in, rng));
@@ -489,6 +492,7 @@ TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
     const auto x = randn(n_x, rng), nw = randn(size_t(n), rng);
     Buffer dx = to_device(*be, x.data(), n_x * 4), dnw = to_device(*be, nw.data(), size_t(n) * 4);
     Buffer y = be->alloc(n_x * 4), g = be->alloc(n_g * 4), u = be->alloc(n_g * 4);
+    Buffer resid = be->alloc(n_x * 4), proj = be->alloc(n_x * 4), y2 = be->alloc(n_x * 4);
     auto products = [&](bool forms) {
       NormInts scope(forms);
       std::vector<std::vector<float>> out;
@@ -500,11 +504,23 @@ TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
         launched.push_back(cuda::quantize_act_launches() - before);
         out.push_back(to_host<float>(*be, o, size_t(n_rows * n)));
       };
+      auto gate_up = [&](const float* in) {
+        const uint64_t before = cuda::quantize_act_launches();
+        be->matmul_gate_up(gate, up, in, n_rows, g.as<float>(), u.as<float>());
+        launched.push_back(cuda::quantize_act_launches() - before);
+        out.push_back(to_host<float>(*be, g, n_g));
+      };
+      be->copy_to_device(resid.data(), x.data(), n_x * 4);
       be->rmsnorm(dx.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f, y.as<float>());
-      const uint64_t before = cuda::quantize_act_launches();
-      be->matmul_gate_up(gate, up, y.as<float>(), n_rows, g.as<float>(), u.as<float>());
-      launched.push_back(cuda::quantize_act_launches() - before);
-      out.push_back(to_host<float>(*be, g, n_g));
+      gate_up(y.as<float>());
+      {  // down, the residual add and the next norm (into y2)
+        const uint64_t before = cuda::quantize_act_launches();
+        be->matmul_add_rmsnorm(down8, g.as<float>(), n_rows, proj.as<float>(), resid.as<float>(),
+                               dnw.as<float>(), 1e-5f, y2.as<float>());
+        launched.push_back(cuda::quantize_act_launches() - before);
+        for (const Buffer* b : {&proj, &resid, &y2}) out.push_back(to_host<float>(*be, *b, n_x));
+      }
+      gate_up(y2.as<float>());        // right after that norm
       product(down8, g.as<float>());  // right after gate/up
       product(down4, g.as<float>());  // after a product of the same x (the other order)
       be->scale(g.as<float>(), 2.f, int64_t(n_g));
@@ -513,11 +529,12 @@ TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
     };
     const auto [fused, launched] = products(true);
     const auto [plain, plain_launched] = products(false);
+    // gate/up, down + norm, gate/up, down, down (4-bit), down after a change
     if (n_rows <= 16)
-      EXPECT_EQ(launched, (std::vector<uint64_t>{0, 0, 0, 1}));
+      EXPECT_EQ(launched, (std::vector<uint64_t>{0, 0, 0, 0, 0, 1}));
     else
-      EXPECT_EQ(launched, (std::vector<uint64_t>{0, 1, 1, 1}));
-    EXPECT_EQ(plain_launched, (std::vector<uint64_t>{1, 1, 1, 1}));
+      EXPECT_EQ(launched, (std::vector<uint64_t>{0, 1, 0, 1, 1, 1}));
+    EXPECT_EQ(plain_launched, (std::vector<uint64_t>(6, 1)));
     ASSERT_EQ(fused.size(), plain.size());
     for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << "output " << i;
   }

@@ -414,6 +414,34 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
                 << dtype_name(t) << (int_mma ? " integer" : "") << " n_in " << n_in << " rows "
                 << n_rows << " product " << i;
         }
+      // a prefill's size (4,096 x 1,024 weights, 512 rows): the widest CTA
+      // tiles (2 x 4 warps, several copy passes a stage), which the small
+      // problems above never reach
+      const int64_t n_in = 1024, n_out = 4096, n_rows = 512;
+      auto hg = random_weight(t, n_out, n_in, rng), hu = random_weight(t, n_out, n_in, rng);
+      const Weight g = be->prepare_matrix(Weight{t, n_out, n_in, hg.data()});
+      const Weight u = be->prepare_matrix(Weight{t, n_out, n_in, hu.data()});
+      auto x = randn(size_t(n_rows * n_in), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      auto products = [&](cuda::MatmulPath path) {
+        cuda::set_matmul_path(path);
+        Buffer y = be->alloc(size_t(n_rows * n_out) * 4),
+               gy = be->alloc(size_t(n_rows * n_out) * 4),
+               uy = be->alloc(size_t(n_rows * n_out) * 4);
+        be->matmul(g, dx.as<float>(), n_rows, y.as<float>());
+        be->matmul_gate_up(g, u, dx.as<float>(), n_rows, gy.as<float>(), uy.as<float>());
+        return std::make_pair(to_host<float>(*be, y, size_t(n_rows * n_out)),
+                              to_host<float>(*be, gy, size_t(n_rows * n_out)));
+      };
+      const auto tiled = products(cuda::MatmulPath::Tiled);
+      const auto plain = products(cuda::MatmulPath::DecodeKernel);
+      // (EXPECT_TRUE: two million values would flood the log)
+      EXPECT_TRUE(tiled.first == plain.first)
+          << dtype_name(t) << (int_mma ? " integer" : "") << ", large";
+      EXPECT_TRUE(tiled.second == plain.second)
+          << dtype_name(t) << (int_mma ? " integer" : "") << ", large gate/up";
+      be->release_matrix(g);
+      be->release_matrix(u);
     }
 }
 

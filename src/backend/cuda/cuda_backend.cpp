@@ -362,7 +362,8 @@ class CudaBackend final : public Backend {
     }
     const cuda::MatmulJob job{&dg, g, nullptr};  // (up: gate's layout)
     // decode steps with integer products: g's integer form too, for down
-    const cuda::NormInt* out = gated_int_for(dg, n_rows);
+    // (not where x is itself gate/up's output: its form is being read)
+    const cuda::NormInt* out = r.form == &gated_form_ ? nullptr : gated_int_for(dg, n_rows);
     void* xb = mm_scratch(&job, 1, n_rows);
     if (cuda::matmul_gate_up(dg, du, x, int(n_rows), g, xb, st(), r.ni, out,
                              out ? gated_counters_.as<int>() : nullptr)) {
@@ -589,8 +590,8 @@ class CudaBackend final : public Backend {
     const cuda::NormInt* ni = int_form_for(gated_form_, n_rows, gate.n_out);
     const size_t need = size_t(cuda::gated_int_counters(gate.n_out)) * sizeof(int);
     if (ni && gated_counters_.bytes() < need) {
-      gated_counters_ = alloc(need);
-      WICK_CUDA_CHECK(cudaMemsetAsync(gated_counters_.data(), 0, need, st()));
+      gated_counters_ = alloc(need);  // (all of it: alloc may round up, a later n_ff use it)
+      WICK_CUDA_CHECK(cudaMemsetAsync(gated_counters_.data(), 0, gated_counters_.bytes(), st()));
     }
     return ni;
   }

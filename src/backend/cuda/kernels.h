@@ -133,11 +133,17 @@ bool int_products();
 // Whether products of w take integer products: they need matmul()'s scratch
 // (xb) at every batch size then.
 bool int_path(const GpuWeight& w);
-// Whether the backend's norms make their output's integer form for the
-// products after them (NormInt; WICK_CUDA_NORM_INT, default 1; the same
-// bits either way: for measuring and tests).
+// Whether the backend's norms (and decode steps' gate/up) make their
+// output's integer form for the products after them (NormInt;
+// WICK_CUDA_NORM_INT, default 1; the same bits either way: for measuring and
+// tests).
 void set_norm_int(bool on);
 bool norm_int();
+// Whether 4-bit weights' prefill takes the tiled kernel (WICK_CUDA_TILED_U4,
+// default 1; 0: the decode kernel's tiles, as before it had them; the same
+// bits either way: for measuring).
+void set_tiled_u4(bool on);
+bool tiled_u4();
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);

@@ -728,6 +728,7 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
 
 std::atomic<int> g_int{-1};       // -1: WICK_CUDA_INT_MMA not read yet
 std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
+std::atomic<int> g_tiled_u4{-1};  // -1: WICK_CUDA_TILED_U4 not read yet
 
 // A switch read from `name` on first use (unless a setter came first).
 bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
@@ -866,6 +867,14 @@ bool norm_int() {
 
 void set_norm_int(bool on) {
   g_norm_int = on ? 1 : 0;
+}
+
+bool tiled_u4() {
+  return env_switch(g_tiled_u4, "WICK_CUDA_TILED_U4", true);
+}
+
+void set_tiled_u4(bool on) {
+  g_tiled_u4 = on ? 1 : 0;
 }
 
 bool int_path(const GpuWeight& w) {

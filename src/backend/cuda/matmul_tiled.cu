@@ -464,6 +464,7 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
   const Fmt f = t.jobs[0].w->fmt;
   if (f != Fmt::BF16 && f != Fmt::F16 && f != Fmt::I8 && f != Fmt::U4) return false;
   const bool force = path == MatmulPath::Tiled;
+  if (f == Fmt::U4 && !force && !tiled_u4()) return false;  // (WICK_CUDA_TILED_U4=0)
   // too few rows to share a staged weight tile: the decode kernel streams better
   if (!force && t.M < 64) return false;
   TParams p{};
