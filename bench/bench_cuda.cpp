@@ -18,7 +18,8 @@
 // WICK_CUDA_INT_MMA), each product's activation quantization timed with it
 // (intnorm: made by the norm, as the backend does unless WICK_CUDA_NORM_INT=0),
 // at one row also at 8, 16 and 32 forced slices (whether the rule's count,
-// chosen for bf16 products, suits them).
+// chosen for bf16 products, suits them) and, but for gate/up, two 8-row
+// tiles a warp (t2).
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
 // copy/d2d/MiB1024: this GPU's own ceiling, a device-to-device copy of 1 GiB
 // (TB/s counting bytes read and written, as ../shared/anchors.md's 3.0 for
@@ -326,8 +327,10 @@ void register_all() {
               Run{16, 0, 0, false},       Run{512, 0, 0, false},       Run{512, 4, 0, false},
               Run{512, 8, 0, false},      Run{1, 0, 0, false, true},   Run{1, 0, 0, true, true},
               Run{16, 0, 0, false, true}, Run{512, 0, 0, false, true}, Run{1, 8, 0, false, true},
-              Run{1, 16, 0, false, true}, Run{1, 32, 0, false, true}}) {
-          if (r.tiles && t != DType::BF16) continue;             // (8- and 4-bit: one tile always)
+              Run{1, 16, 0, false, true}, Run{1, 32, 0, false, true},  Run{1, 0, 2, false, true}}) {
+          // (8- and 4-bit weights: one tile a warp, but for integer products' two)
+          if (r.tiles && t != DType::BF16 && !r.int_mma) continue;
+          if (r.tiles && r.int_mma && proj == std::string("gate_up")) continue;  // (gated: one)
           if (r.M == 512 && r.kw && t != DType::BF16) continue;  // (prefill's slice sweep: bf16)
           if (r.int_mma && t == DType::BF16) continue;           // (integer products: 8/4-bit)
           const std::string chain =

@@ -17,7 +17,7 @@ markdown table, a row per model, weight type and product:
   int       8/4-bit weights with integer products (WICK_CUDA_INT_MMA): the
             share at the rule, after a norm, at 16 rows; TFLOP/s at 512 rows
   int kw    the integer products' share at 8 / 16 / 32 forced slices (the best
-            one starred)
+            one starred), and at two 8-row tiles a warp (t2; not gate/up)
 """
 import json
 import re
@@ -80,7 +80,7 @@ def main(path, peak=None):
     kws, nts = [4, 8, 16, 32], [1, 2, 4]
     print("| model | type | product | MB | rule: us, share | "
           + " | ".join(f"kw{k}" for k in kws) + " | " + " | ".join(f"t{t}" for t in nts)
-          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 | int kw8 / 16 / 32 |")
+          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 | int kw8 / 16 / 32, t2 |")
     print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|---|")
     def share(b):
         return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
@@ -104,7 +104,8 @@ def main(path, peak=None):
               + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
               + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
               + " | " + int_cell(r, own) + " | "
-              + " / ".join(starred({k: r.get((1, k, 0, "intb2b")) for k in (8, 16, 32)})) + " |")
+              + " / ".join(starred({k: r.get((1, k, 0, "intb2b")) for k in (8, 16, 32)}))
+              + f", {share(r.get((1, 0, 2, 'intb2b')))} |")
 
 
 def int_cell(r, own=None):

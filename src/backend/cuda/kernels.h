@@ -116,8 +116,9 @@ int kw_max();
 void set_kw_force(int kw);
 // 8-row tiles a warp takes in decode products of up to 16 rows of 16-bit
 // weights (1, 2 or 4; 0, the default: 4 from WICK_CUDA_TALL_ROWS rows, else
-// 1; 8- and 4-bit weights always 1). A tile shape never changes a result's
-// bits: for benchmarks.
+// 1), and of 8- and 4-bit weights with integer products, not gated (1 or 2;
+// 0, the default: 1; bf16 products of them always 1). A tile shape never
+// changes a result's bits: for benchmarks.
 void set_decode_tiles(int nt);
 // Whether matmul_add_rmsnorm fuses (WICK_CUDA_FUSE_NORM, default off; tests set it).
 void set_fuse_norm(bool on);

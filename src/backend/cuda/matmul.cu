@@ -560,7 +560,14 @@ void dispatch_int(Params& p, Tiles tiles, int n_tiles_y, cudaStream_t st) {
     else
       return launch<F, 2, 1, GATED, true, false, false, IG>(p, tiles(1), n_tiles_y, st);
   }
-  if (p.M <= 16) return launch<F, 1, 1, GATED, false, false, false, IG>(p, tiles(1), 1, st);
+  if (p.M <= 16) {
+    // (two tiles a warp: forced only, set_decode_tiles, to measure whether
+    // more loads in flight help; gated ones would spill)
+    if constexpr (!GATED)
+      if (g_tiles_force.load() == 2)
+        return launch<F, 1, 2, GATED, false, false, false, IG>(p, tiles(2), 1, st);
+    return launch<F, 1, 1, GATED, false, false, false, IG>(p, tiles(1), 1, st);
+  }
   if constexpr (F == Fmt::U4 && !GATED)
     if (p.M > 32)
       return launch<F, 2, 2, GATED, false, false, false, IG>(p, tiles(2), ceil_div(p.M, 32), st);
