@@ -194,6 +194,21 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   }
 
   ChunkOrder ld, use;
+  // bf16 products: the lane's 16 bytes of weight a's 8-row tile nt in stage
+  // s, and (8/4-bit) their group's scale and min (zeros past n_out)
+  auto staged_b = [&](const uint8_t* s, int a, int nt, float& sc, float& mn) {
+    const GpuWeight& Wa = a == 0 ? W : p.up;
+    const int row = wn * 8 * NT + 8 * nt + g;
+    sc = mn = 0.f;
+    if constexpr (F == Fmt::I8 || F == Fmt::U4) {
+      if (n0 + row < Wa.n_out) {
+        const size_t gi = group_index(Wa, n0 + row, use.ch * KC + E * c);
+        sc = __ldg(Wa.scale + gi);
+        mn = group_min(Wa, gi, sc);
+      }
+    }
+    return *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
+  };
   auto load_stage = [&](int stage) {
 #pragma unroll
     for (int q = 0; q < KS; ++q)
@@ -241,25 +256,12 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
         // a lane's 32 weights are 16 bf16 pairs: each word of them decoded
         // right before its two mma steps, once for the warp tile's MT row
         // tiles (registers for the sums, not for 16 B words per tile)
-        const int k = use.ch * KC + E * c;
         uint4 raw[NACC][NT];
         float sc[NACC][NT], mn[NACC][NT];
 #pragma unroll
-        for (int a = 0; a < NACC; ++a) {
-          const GpuWeight& Wa = a == 0 ? W : p.up;
+        for (int a = 0; a < NACC; ++a)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int row = wn * 8 * NT + 8 * nt + g;
-            raw[a][nt] =
-                *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
-            sc[a][nt] = mn[a][nt] = 0.f;
-            if (n0 + row < Wa.n_out) {
-              const size_t gi = group_index(Wa, n0 + row, k);
-              sc[a][nt] = __ldg(Wa.scale + gi);
-              mn[a][nt] = group_min(Wa, gi, sc[a][nt]);
-            }
-          }
-        }
+          for (int nt = 0; nt < NT; ++nt) raw[a][nt] = staged_b(s, a, nt, sc[a][nt], mn[a][nt]);
 #pragma unroll
         for (int v = 0; v < 4; ++v) {  // steps 2 v, 2 v + 1: elements 8 v .. 8 v + 7
           uint32_t b[NACC][NT][4];
@@ -289,28 +291,15 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           }
         }
       } else {
-        const int k = use.ch * KC + E * c;  // this lane's first element of the chunk
         uint32_t b[NACC][NT][E / 2];
 #pragma unroll
-        for (int a = 0; a < NACC; ++a) {
-          const GpuWeight& Wa = a == 0 ? W : p.up;
+        for (int a = 0; a < NACC; ++a)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const int row = wn * 8 * NT + 8 * nt + g;
-            const uint4 raw =
-                *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
-            float sc = 0.f, mn = 0.f;
-            if constexpr (F == Fmt::I8 || F == Fmt::U4) {
-              const int n = n0 + row;
-              if (n < Wa.n_out) {
-                const size_t gi = group_index(Wa, n, k);
-                sc = __ldg(Wa.scale + gi);
-                mn = group_min(Wa, gi, sc);
-              }
-            }
+            float sc, mn;
+            const uint4 raw = staged_b(s, a, nt, sc, mn);
             decode<F>(raw, sc, mn, b[a][nt]);
           }
-        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const int r = wm * 16 * MT + 16 * mt + g;
