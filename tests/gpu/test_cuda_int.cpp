@@ -541,5 +541,89 @@ TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
   for (const Weight* wi : {&gate, &up, &down8, &down4}) be->release_matrix(*wi);
 }
 
+// Through the backend: o right after a decode step's attention takes the
+// attention output's integer form (the decode kernel's, and the combine's for
+// a token whose keys span partitions), as does the next product of it; a
+// prefill batch, or an output changed since, quantizes. Shapes: 9 heads of 64
+// (576: k_pad 640 for 4-bit weights, zero blocks past the heads) and 8 of 128.
+// Every result equals the forms switched off.
+TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  auto be = cuda_backend();
+  std::mt19937 rng(59);
+  for (auto [n_head, hd] : std::vector<std::pair<int64_t, int64_t>>{{9, 64}, {8, 128}}) {
+    SCOPED_TRACE("heads " + std::to_string(n_head) + " x " + std::to_string(hd));
+    const int64_t n_head_kv = n_head / (n_head == 9 ? 3 : 4), kv_dim = n_head_kv * hd;
+    const int64_t n = n_head * hd, n_out = 96, bs = 16, n_blocks = 120;
+    std::vector<std::vector<uint8_t>> bytes;
+    auto weight = [&](DType t) {
+      bytes.push_back(random_weight(t, n_out, n, rng));
+      return be->prepare_matrix(Weight{t, n_out, n, bytes.back().data()});
+    };
+    const Weight o8 = weight(DType::Q8_0), o4 = weight(DType::Q4_0);
+    auto kv = be->make_kv(1, n_blocks, bs, kv_dim);
+    const size_t n_el = size_t(n_blocks * bs * kv_dim);
+    std::vector<uint16_t> k16(n_el), v16(n_el);
+    for (size_t i = 0; i < n_el; ++i) {
+      k16[i] = f32_to_f16(float(rng() % 2001) * 1e-3f - 1.f);
+      v16[i] = f32_to_f16(float(rng() % 2001) * 1e-3f - 1.f);
+    }
+    ASSERT_EQ(kv->dtype, DType::F16);
+    be->copy_to_device(kv->k.data(), k16.data(), n_el * 2);
+    be->copy_to_device(kv->v.data(), v16.data(), n_el * 2);
+    // sequence 0: 1,200 keys (3 partitions: the combine), 1: 70 keys (one)
+    std::vector<std::vector<int32_t>> tables(2);
+    for (int32_t i = 0; i < 75; ++i) tables[0].push_back(i);
+    for (int32_t i = 75; i < 80; ++i) tables[1].push_back(i);
+    const AttnShape shape{n_head, n_head_kv, hd, 0};
+    for (bool prefill : {false, true}) {
+      Batch b;
+      b.block_tables = tables;
+      if (prefill) {
+        for (int32_t p = 0; p < 40; ++p) b.add(1, p, 1, false);
+      } else {
+        b.add(1, 1199, 0, false);
+        b.add(1, 69, 1, false);
+      }
+      b.finish(int32_t(bs));
+      const int64_t T = b.n_tokens();
+      const BatchArgs a = be->upload(b);
+      const auto q = randn(size_t(T * n), rng);
+      Buffer dq = to_device(*be, q.data(), q.size() * 4), att = be->alloc(size_t(T * n) * 4);
+      auto products = [&](bool forms) {
+        NormInts scope(forms);
+        std::vector<std::vector<float>> out;
+        std::vector<uint64_t> launched;
+        auto product = [&](const Weight& wi) {
+          Buffer o = be->alloc(size_t(T * n_out) * 4);
+          const uint64_t before = cuda::quantize_act_launches();
+          be->matmul(wi, att.as<float>(), T, o.as<float>());
+          launched.push_back(cuda::quantize_act_launches() - before);
+          out.push_back(to_host<float>(*be, o, size_t(T * n_out)));
+        };
+        be->attention(dq.as<float>(), *kv, 0, a, shape, att.as<float>());
+        out.push_back(to_host<float>(*be, att, size_t(T * n)));
+        product(o8);  // right after attention
+        product(o4);  // after a product of the same x (the other order)
+        be->scale(att.as<float>(), 2.f, T * n);
+        product(o8);  // the output changed: the form is stale
+        return std::make_pair(out, launched);
+      };
+      const auto [fused, launched] = products(true);
+      const auto [plain, plain_launched] = products(false);
+      const std::vector<uint64_t> want =
+          prefill ? std::vector<uint64_t>{1, 1, 1} : std::vector<uint64_t>{0, 0, 1};
+      EXPECT_EQ(launched, want) << (prefill ? "prefill" : "decode");
+      EXPECT_EQ(plain_launched, (std::vector<uint64_t>{1, 1, 1}));
+      ASSERT_EQ(fused.size(), plain.size());
+      for (size_t i = 0; i < fused.size(); ++i)
+        EXPECT_EQ(fused[i], plain[i]) << (prefill ? "prefill" : "decode") << ", output " << i;
+    }
+    be->release_matrix(o8);
+    be->release_matrix(o4);
+  }
+}
+
 }  // namespace
 }  // namespace wick::test

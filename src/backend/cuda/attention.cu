@@ -19,6 +19,7 @@
 
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_int.cuh"
 
 namespace wick::cuda {
 
@@ -280,13 +281,30 @@ __device__ __forceinline__ float* row_dst(const AttnArgs& a, int tok, int head, 
   return a.partial + ((size_t(tok) * a.n_head + head) * n_parts + part) * (a.head_dim + 2);
 }
 
+// Part of token tok's output in integer form (AttnArgs' out_*): the 32
+// elements from head * hd + d0 (d0 a multiple of 32), lane i holding
+// element d0 + i as v, whole warps. The warp of the last block of the last
+// head also writes the zero blocks past n_head * hd to the forms' k_pad.
+__device__ __forceinline__ void attn_int_out(const AttnArgs& a, int tok, int head, int d0, float v,
+                                             int lane) {
+  const IntRowOut out[2] = {int_row_out(a.out_i8, tok, a.out_k_i8, false),
+                            int_row_out(a.out_u4, tok, a.out_k_u4, true)};
+  const int n = a.n_head * a.head_dim, b = (head * a.head_dim + d0) / 32;
+  quantize_block(v, lane, b, out);
+  if (32 * b + 32 == n) {
+    const int k_pad = max(a.out_i8.q ? a.out_k_i8 : 0, a.out_u4.q ? a.out_k_u4 : 0);
+    for (int bb = b + 1; bb < k_pad / 32; ++bb) quantize_block(0.f, lane, bb, out);
+  }
+}
+
 // Tiles of 64 rows (prefill): a row is one (token, query head) of a run of
 // consecutive tokens of one sequence, all heads of one KV head's group, so
 // each K/V chunk is read once for the whole group; 4 warps own 16 rows each
 // and walk the partition's chunks in order.
 template <int HD, bool FILL>
 __global__ void __launch_bounds__(128)
-    attn_f16_kernel(const AttnArgs a, const BatchArgs b, int n_row_tiles, int n_parts) {
+    attn_f16_kernel(const __grid_constant__ AttnArgs a, const __grid_constant__ BatchArgs b,
+                    int n_row_tiles, int n_parts) {
   constexpr int LD = HD + 8;  // padded smem row (halves): no ldmatrix bank conflicts
   __shared__ __align__(16) __half ks[kKeys][LD];
   __shared__ __align__(16) __half vs[kKeys][LD];
@@ -384,7 +402,8 @@ constexpr size_t decode_smem() {
 
 template <int HD, bool FILL>
 __global__ void __launch_bounds__(decode_warps<HD>() * 32)
-    attn_f16_decode_kernel(const AttnArgs a, const BatchArgs b, int n_parts) {
+    attn_f16_decode_kernel(const __grid_constant__ AttnArgs a, const __grid_constant__ BatchArgs b,
+                           int n_parts) {
   constexpr int NW = decode_warps<HD>(), LD = HD + 8, NTH = NW * 32;
   constexpr int PER = 16 * HD / NTH;  // (row, d) elements of o per thread in the combine
   extern __shared__ __align__(16) unsigned char smem[];
@@ -506,10 +525,24 @@ __global__ void __launch_bounds__(decode_warps<HD>() * 32)
       dst[d] = o[e] / l[e];
     }
   }
+  if (!(a.out_i8.q || a.out_u4.q)) return;
+    // the rows' integer form, from the values this thread just wrote (a loop
+    // of its own, not unrolled: beside the one above it made HD = 128 spill);
+    // a warp's 32 lanes hold 32 consecutive d of one row (HD >= 32)
+#pragma unroll 1
+  for (int e = 0; e < PER; ++e) {
+    const int idx = int(threadIdx.x) + e * NTH, row = idx / HD, d = idx % HD;
+    if (row >= run_len * G) continue;
+    const int tok = run_first + row / G, head = kvh * G + row % G, pos = p_first + row / G;
+    bool partial = false;
+    const float* dst = row_dst(a, tok, head, pos, part, n_parts, partial);
+    if (dst && !partial) attn_int_out(a, tok, head, d & ~31, dst[d], lane);
+  }
 }
 
 // Merges a token's partitions in order: out = sum 2^(m_i - M) o_i / sum 2^(m_i - M) l_i.
-__global__ void attn_combine_kernel(const AttnArgs a, const BatchArgs b, int n_parts) {
+__global__ void attn_combine_kernel(const __grid_constant__ AttnArgs a,
+                                    const __grid_constant__ BatchArgs b, int n_parts) {
   allow_next_kernel();
   wait_for_previous_kernel();
   const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
@@ -528,12 +561,15 @@ __global__ void attn_combine_kernel(const AttnArgs a, const BatchArgs b, int n_p
       den += w * p[1];
     }
     a.out[(size_t(t) * a.n_head + h) * hd + d] = num / den;
+    // (blockDim.x = hd from 32 to 128: whole warps, one pass)
+    if (a.out_i8.q || a.out_u4.q) attn_int_out(a, t, h, d & ~31, num / den, int(threadIdx.x) & 31);
   }
 }
 
 // f32 cache: one warp per (token, head); lane i holds dims i, i + 32, ...
 template <int HD>
-__global__ void attn_f32_kernel(const AttnArgs a, const BatchArgs b) {
+__global__ void attn_f32_kernel(const __grid_constant__ AttnArgs a,
+                                const __grid_constant__ BatchArgs b) {
   constexpr int PER = (HD + 31) / 32;
   allow_next_kernel();
   const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
@@ -608,14 +644,18 @@ int n_parts_for(const BatchArgs& b) {
   return std::max(1, ceil_div(b.max_ctx, kAttnPartition));
 }
 
+// The decode kernel spreads a partition's chunks over its warps; with more
+// CTAs than half the SMs the tiled kernel, small enough to share an SM with
+// its neighbours in the stream, is quicker. Both give the same bits.
+bool decode_kernel_for(const AttnArgs& a, const BatchArgs& b, int G, int n_parts) {
+  const int64_t n_ctas = int64_t(b.n_runs) * a.n_head_kv * n_parts;
+  return int64_t(b.max_run) * G <= 16 && 2 * n_ctas <= n_sms() && decode_kernel_on();
+}
+
 template <int HD, bool FILL>
 void launch_f16_kernels(const AttnArgs& a, const BatchArgs& b, int G, int n_parts,
                         cudaStream_t st) {
-  // The decode kernel spreads a partition's chunks over its warps; with more
-  // CTAs than half the SMs the tiled kernel, small enough to share an SM
-  // with its neighbours in the stream, is quicker. Both give the same bits.
-  const int64_t n_ctas = int64_t(b.n_runs) * a.n_head_kv * n_parts;
-  if (int64_t(b.max_run) * G <= 16 && 2 * n_ctas <= n_sms() && decode_kernel_on()) {
+  if (decode_kernel_for(a, b, G, n_parts)) {
     auto kernel = attn_f16_decode_kernel<HD, FILL>;
     static bool raised = false;
     if (!raised) {
@@ -632,16 +672,21 @@ void launch_f16_kernels(const AttnArgs& a, const BatchArgs& b, int G, int n_part
   }
 }
 
+// Returns whether the output's integer form was written (asked for in a0).
 template <int HD>
-void launch_f16(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
-  const int G = a.n_head / a.n_head_kv, n_parts = n_parts_for(b);
+bool launch_f16(const AttnArgs& a0, const BatchArgs& b, cudaStream_t st) {
+  const int G = a0.n_head / a0.n_head_kv, n_parts = n_parts_for(b);
+  AttnArgs a = a0;  // the form: the decode kernel (and the combine), whole warps of one head
+  const bool form = (a.out_i8.q || a.out_u4.q) && HD >= 32 && decode_kernel_for(a, b, G, n_parts);
+  if (!form) a.out_i8 = a.out_u4 = IntAct{};
   if (b.block_fill)
     launch_f16_kernels<HD, true>(a, b, G, n_parts, st);
   else
     launch_f16_kernels<HD, false>(a, b, G, n_parts, st);
-  if (n_parts == 1) return;  // every row finished in the one partition
-  launch_early(attn_combine_kernel, dim3(unsigned(b.n_tokens), unsigned(a.n_head)),
-               dim3(std::min(HD, 128)), 0, st, a, b, n_parts);
+  if (n_parts > 1)  // (with one, every row finished in it)
+    launch_early(attn_combine_kernel, dim3(unsigned(b.n_tokens), unsigned(a.n_head)),
+                 dim3(std::min(HD, 128)), 0, st, a, b, n_parts);
+  return form;
 }
 
 template <int HD>
@@ -658,18 +703,16 @@ size_t attention_partial_floats(const BatchArgs& b, int n_head, int head_dim) {
   return size_t(b.n_tokens) * size_t(n_head) * size_t(n_parts_for(b)) * size_t(head_dim + 2);
 }
 
-void attention(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
-  if (b.n_tokens <= 0) return;
+bool attention(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
+  if (b.n_tokens <= 0) return false;
   if (a.n_head % a.n_head_kv)
     throw std::invalid_argument("attention: n_head is not a multiple of n_head_kv");
   switch (a.head_dim) {
-#define WICK_HD(hd)             \
-  case hd:                      \
-    if (a.cache_f16)            \
-      launch_f16<hd>(a, b, st); \
-    else                        \
-      launch_f32<hd>(a, b, st); \
-    return;
+#define WICK_HD(hd)                                   \
+  case hd:                                            \
+    if (a.cache_f16) return launch_f16<hd>(a, b, st); \
+    launch_f32<hd>(a, b, st);                         \
+    return false;
     WICK_HD(16)
     WICK_HD(32)
     WICK_HD(64)

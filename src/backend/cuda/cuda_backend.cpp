@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
     owned_.clear();
     for (Buffer* b :
          {&batch_buf_, &partial_, &moe_f_, &moe_i_, &moe_q_, &sample_buf_, &xb_, &norm_counter_,
-          &lora_t_, &norm_form_.buf, &gated_form_.buf, &gated_counters_})
+          &lora_t_, &norm_form_.buf, &gated_form_.buf, &attn_form_.buf, &gated_counters_})
       b->reset();
     auto tabs = std::move(rope_tabs_);  // (their release looks into rope_tabs_)
     rope_tabs_.clear();
@@ -142,7 +142,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(st_);  // (st_: freeing writes nothing; a freed norm output below)
     if (auto it = sizes_.find(p); it != sizes_.end()) {
       const auto* base = static_cast<const uint8_t*>(p);
-      for (IntForm* f : {&norm_form_, &gated_form_}) {  // (the address may come back)
+      for (IntForm* f : {&norm_form_, &gated_form_, &attn_form_}) {  // (the address may come back)
         const auto* y = reinterpret_cast<const uint8_t*>(f->y);
         if (y >= base && y < base + it->second) f->y = nullptr;
       }
@@ -440,7 +440,20 @@ class CudaBackend final : public Backend {
                      kv.dtype == DType::F16,
                      kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr,
                      s.score_factor};
-    cuda::attention(a, b, st());
+    // decode steps with integer products: out's integer form too, for o
+    attn_form_.y = nullptr;
+    const int64_t n = s.n_head * s.head_dim;
+    const cuda::NormInt* ni = b.n_tokens <= 16 ? int_form_for(attn_form_, b.n_tokens, n) : nullptr;
+    if (ni) {
+      if (ni->for_i8) a.out_i8 = cuda::norm_int_act(*ni, cuda::Fmt::I8);
+      if (ni->for_u4) a.out_u4 = cuda::norm_int_act(*ni, cuda::Fmt::U4);
+      a.out_k_i8 = cuda::k_pad_of(cuda::Fmt::I8, int(n));
+      a.out_k_u4 = cuda::k_pad_of(cuda::Fmt::U4, int(n));
+    }
+    if (cuda::attention(a, b, st()) && ni) {
+      attn_form_.y = out;
+      attn_form_.stamp = n_stream_uses_;
+    }
   }
   void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t k, bool norm,
                  int32_t* ids, float* w) override {
@@ -548,8 +561,8 @@ class CudaBackend final : public Backend {
   // has its size).
   // ---- outputs' integer forms (kernels.h, NormInt) ----
   // With integer products, a norm of rows as long as some 8/4-bit weight's
-  // also writes its output's integer form, and so does gate/up in a decode
-  // step (for down); the products that read that output next take it
+  // also writes its output's integer form, and so do attention (for o) and
+  // gate/up (for down) in decode steps; the products that read that output next take it
   // instead of quantizing it again. It is y's only while nothing else ran:
   // st() counts the stream's uses, the maker records the count, and products
   // (which never write their x) record it again after their own launches.
@@ -603,7 +616,7 @@ class CudaBackend final : public Backend {
     IntForm* form = nullptr;
     const cuda::NormInt* ni = nullptr;
     ReadsX(CudaBackend& b, const float* x, int64_t n_rows) : be(b) {
-      for (IntForm* f : {&b.norm_form_, &b.gated_form_})
+      for (IntForm* f : {&b.norm_form_, &b.gated_form_, &b.attn_form_})
         if (x && f->y == x && f->ni.M == n_rows &&
             (f->stamp == b.n_stream_uses_ || b.n_readers_ > 0)) {
           form = f;
@@ -667,7 +680,7 @@ class CudaBackend final : public Backend {
       gated_counters_;
   uint64_t n_stream_uses_ = 0;
   int n_readers_ = 0;  // ReadsX in scope with x's integer form
-  IntForm norm_form_, gated_form_;
+  IntForm norm_form_, gated_form_, attn_form_;
   // n_in of the 8/4-bit weights: 1 some 8-bit, 2 some 4-bit (the forms norms make)
   std::map<int64_t, int> int_rows_;
   struct RopeTab {

@@ -233,12 +233,20 @@ struct AttnArgs {
   bool cache_f16;
   const float* rope = nullptr;  // pre-RoPE keys: rope_table rows to rotate them by, else null
   float score_factor = 1.f;     // on q.k / sqrt(head_dim) (YaRN)
+  // the output's integer form too (for the o product's integer products;
+  // NormInt's layout for rows of n_head * head_dim, the orders wanted: levels
+  // null, not), where attention() can (it says whether it wrote it)
+  IntAct out_i8{}, out_u4{};
+  int out_k_i8 = 0, out_k_u4 = 0;
 };
 // Keys are split into partitions of this many positions, each reduced on
 // its own and combined in partition order (flash-decoding).
 constexpr int kAttnPartition = 512;
 size_t attention_partial_floats(const BatchArgs& b, int n_head, int head_dim);
-void attention(const AttnArgs& a, const BatchArgs& b, cudaStream_t st);
+// Returns whether it wrote the output's integer form (asked for in a): the
+// decode kernel's batches (up to 16 rows of a KV head's group in a run, few
+// enough CTAs) of an f16 cache, head_dim >= 32; elsewhere it writes none.
+bool attention(const AttnArgs& a, const BatchArgs& b, cudaStream_t st);
 
 // ---- moe.cu ----
 void moe_route(const float* logits, int n_tokens, int n_expert, int k, bool norm, int32_t* ids,
