@@ -546,7 +546,10 @@ TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
 // a token whose keys span partitions), as does the next product of it; a
 // prefill batch, or an output changed since, quantizes. Shapes: 9 heads of 64
 // (576: k_pad 640 for 4-bit weights, zero blocks past the heads) and 8 of 128.
-// Every result equals the forms switched off.
+// Every result equals the forms switched off; and cuda::attention's form,
+// into a buffer filled with NaN bytes first, is byte for byte quantize_act's
+// of its output. (The decode batch takes the decode kernel on a GPU of 36 SMs
+// or more, unless WICK_CUDA_ATTN_DECODE=0.)
 TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
@@ -619,6 +622,53 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
       ASSERT_EQ(fused.size(), plain.size());
       for (size_t i = 0; i < fused.size(); ++i)
         EXPECT_EQ(fused[i], plain[i]) << (prefill ? "prefill" : "decode") << ", output " << i;
+      if (prefill) continue;
+      // the form's bytes, every block of both orders, through cuda::attention
+      Buffer partial =
+          be->alloc(cuda::attention_partial_floats(a, int(n_head), int(hd)) * sizeof(float));
+      Buffer form = be->alloc(cuda::norm_int_bytes(int(T), int(n)));
+      Buffer att2 = be->alloc(size_t(T * n) * 4);
+      be->sync();
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(form.data(), 0xff, form.bytes(), st), cudaSuccess);
+      const cuda::NormInt ni{form.data(), int(T), int(n), true, true};
+      cuda::AttnArgs args{dq.as<float>(),
+                          kv->k_layer<void>(0),
+                          kv->v_layer<void>(0),
+                          att2.as<float>(),
+                          partial.as<float>(),
+                          int(n_head),
+                          int(n_head_kv),
+                          int(hd),
+                          0,
+                          true};
+      args.out_i8 = cuda::norm_int_act(ni, cuda::Fmt::I8);
+      args.out_u4 = cuda::norm_int_act(ni, cuda::Fmt::U4);
+      args.out_k_i8 = cuda::k_pad_of(cuda::Fmt::I8, int(n));
+      args.out_k_u4 = cuda::k_pad_of(cuda::Fmt::U4, int(n));
+      EXPECT_TRUE(cuda::attention(args, a, st));
+      for (cuda::Fmt f : {cuda::Fmt::I8, cuda::Fmt::U4}) {
+        const int k_pad = cuda::k_pad_of(f, int(n));
+        Buffer qb = be->alloc(cuda::int_act_bytes(int(T), k_pad));
+        const cuda::IntAct want = cuda::quantize_act(att2.as<float>(), int(T), int(n), k_pad,
+                                                     f == cuda::Fmt::U4, qb.data(), st);
+        const cuda::IntAct got = cuda::norm_int_act(ni, f);
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        auto bytes = [&](const void* p, size_t nb) {
+          std::vector<uint8_t> h(nb);
+          be->copy_to_host(h.data(), p, nb);
+          return h;
+        };
+        const size_t n_q = size_t(T) * 2 * size_t(k_pad), n_d = size_t(T) * size_t(k_pad / 32),
+                     n_s = size_t(T) * size_t(k_pad / 16);
+        const char* order = f == cuda::Fmt::U4 ? "4-bit order" : "8-bit order";
+        EXPECT_EQ(bytes(got.q, n_q), bytes(want.q, n_q)) << order;
+        EXPECT_EQ(bytes(got.d, n_d * 4), bytes(want.d, n_d * 4)) << order;
+        EXPECT_EQ(bytes(got.s, n_s * 4), bytes(want.s, n_s * 4)) << order;
+      }
+      EXPECT_EQ(to_host<float>(*be, att2, size_t(T * n)), fused[0]);
+      cudaStreamDestroy(st);
     }
     be->release_matrix(o8);
     be->release_matrix(o4);

@@ -283,8 +283,9 @@ __device__ __forceinline__ float* row_dst(const AttnArgs& a, int tok, int head, 
 
 // Part of token tok's output in integer form (AttnArgs' out_*): the 32
 // elements from head * hd + d0 (d0 a multiple of 32), lane i holding
-// element d0 + i as v, whole warps. The warp of the last block of the last
-// head also writes the zero blocks past n_head * hd to the forms' k_pad.
+// element d0 + i as v, whole warps: so head_dim a multiple of 32 (launch_f16
+// asks for the form only then). The warp of the last block of the last head
+// also writes the zero blocks past n_head * hd to the forms' k_pad.
 __device__ __forceinline__ void attn_int_out(const AttnArgs& a, int tok, int head, int d0, float v,
                                              int lane) {
   const IntRowOut out[2] = {int_row_out(a.out_i8, tok, a.out_k_i8, false),

@@ -441,9 +441,11 @@ class CudaBackend final : public Backend {
                      kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr,
                      s.score_factor};
     // decode steps with integer products: out's integer form too, for o
+    // (f16 caches, head_dim 32 and up: where cuda::attention can write it)
     attn_form_.y = nullptr;
     const int64_t n = s.n_head * s.head_dim;
-    const cuda::NormInt* ni = b.n_tokens <= 16 ? int_form_for(attn_form_, b.n_tokens, n) : nullptr;
+    const bool can = b.n_tokens <= 16 && kv.dtype == DType::F16 && s.head_dim >= 32;
+    const cuda::NormInt* ni = can ? int_form_for(attn_form_, b.n_tokens, n) : nullptr;
     if (ni) {
       if (ni->for_i8) a.out_i8 = cuda::norm_int_act(*ni, cuda::Fmt::I8);
       if (ni->for_u4) a.out_u4 = cuda::norm_int_act(*ni, cuda::Fmt::U4);
