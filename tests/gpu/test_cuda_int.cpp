@@ -643,10 +643,7 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
                           int(hd),
                           0,
                           true};
-      args.out_i8 = cuda::norm_int_act(ni, cuda::Fmt::I8);
-      args.out_u4 = cuda::norm_int_act(ni, cuda::Fmt::U4);
-      args.out_k_i8 = cuda::k_pad_of(cuda::Fmt::I8, int(n));
-      args.out_k_u4 = cuda::k_pad_of(cuda::Fmt::U4, int(n));
+      args.out_form = cuda::int_out(ni);
       EXPECT_TRUE(cuda::attention(args, a, st));
       for (cuda::Fmt f : {cuda::Fmt::I8, cuda::Fmt::U4}) {
         const int k_pad = cuda::k_pad_of(f, int(n));

@@ -90,4 +90,13 @@ IntAct norm_int_act(const NormInt& ni, Fmt f) {
   return act_at(static_cast<uint8_t*>(ni.buf) + l.offset[i], ni.M, l.k_pad[i]);
 }
 
+IntOut int_out(const NormInt& ni) {
+  IntOut o;
+  if (ni.for_i8) o.i8 = norm_int_act(ni, Fmt::I8);
+  if (ni.for_u4) o.u4 = norm_int_act(ni, Fmt::U4);
+  o.k_i8 = k_pad_of(Fmt::I8, ni.n);
+  o.k_u4 = k_pad_of(Fmt::U4, ni.n);
+  return o;
+}
+
 }  // namespace wick::cuda

@@ -288,14 +288,11 @@ __device__ __forceinline__ float* row_dst(const AttnArgs& a, int tok, int head, 
 // also writes the zero blocks past n_head * hd to the forms' k_pad.
 __device__ __forceinline__ void attn_int_out(const AttnArgs& a, int tok, int head, int d0, float v,
                                              int lane) {
-  const IntRowOut out[2] = {int_row_out(a.out_i8, tok, a.out_k_i8, false),
-                            int_row_out(a.out_u4, tok, a.out_k_u4, true)};
+  const IntRowOuts out = int_row_outs(a.out_form, tok);
   const int n = a.n_head * a.head_dim, b = (head * a.head_dim + d0) / 32;
-  quantize_block(v, lane, b, out);
-  if (32 * b + 32 == n) {
-    const int k_pad = max(a.out_i8.q ? a.out_k_i8 : 0, a.out_u4.q ? a.out_k_u4 : 0);
-    for (int bb = b + 1; bb < k_pad / 32; ++bb) quantize_block(0.f, lane, bb, out);
-  }
+  quantize_block(v, lane, b, out.o);
+  if (32 * b + 32 == n)
+    for (int bb = b + 1; bb < a.out_form.k_pad() / 32; ++bb) quantize_block(0.f, lane, bb, out.o);
 }
 
 // Tiles of 64 rows (prefill): a row is one (token, query head) of a run of
@@ -526,7 +523,7 @@ __global__ void __launch_bounds__(decode_warps<HD>() * 32)
       dst[d] = o[e] / l[e];
     }
   }
-  if (!(a.out_i8.q || a.out_u4.q)) return;
+  if (!a.out_form.any()) return;
     // the rows' integer form, from the values this thread just wrote (a loop
     // of its own, not unrolled: beside the one above it made HD = 128 spill);
     // a warp's 32 lanes hold 32 consecutive d of one row (HD >= 32)
@@ -563,7 +560,7 @@ __global__ void attn_combine_kernel(const __grid_constant__ AttnArgs a,
     }
     a.out[(size_t(t) * a.n_head + h) * hd + d] = num / den;
     // (blockDim.x = hd from 32 to 128: whole warps, one pass)
-    if (a.out_i8.q || a.out_u4.q) attn_int_out(a, t, h, d & ~31, num / den, int(threadIdx.x) & 31);
+    if (a.out_form.any()) attn_int_out(a, t, h, d & ~31, num / den, int(threadIdx.x) & 31);
   }
 }
 
@@ -678,8 +675,8 @@ template <int HD>
 bool launch_f16(const AttnArgs& a0, const BatchArgs& b, cudaStream_t st) {
   const int G = a0.n_head / a0.n_head_kv, n_parts = n_parts_for(b);
   AttnArgs a = a0;  // the form: the decode kernel (and the combine), whole warps of one head
-  const bool form = (a.out_i8.q || a.out_u4.q) && HD >= 32 && decode_kernel_for(a, b, G, n_parts);
-  if (!form) a.out_i8 = a.out_u4 = IntAct{};
+  const bool form = a.out_form.any() && HD >= 32 && decode_kernel_for(a, b, G, n_parts);
+  if (!form) a.out_form = IntOut{};
   if (b.block_fill)
     launch_f16_kernels<HD, true>(a, b, G, n_parts, st);
   else

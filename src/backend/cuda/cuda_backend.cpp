@@ -446,12 +446,7 @@ class CudaBackend final : public Backend {
     const int64_t n = s.n_head * s.head_dim;
     const bool can = b.n_tokens <= 16 && kv.dtype == DType::F16 && s.head_dim >= 32;
     const cuda::NormInt* ni = can ? int_form_for(attn_form_, b.n_tokens, n) : nullptr;
-    if (ni) {
-      if (ni->for_i8) a.out_i8 = cuda::norm_int_act(*ni, cuda::Fmt::I8);
-      if (ni->for_u4) a.out_u4 = cuda::norm_int_act(*ni, cuda::Fmt::U4);
-      a.out_k_i8 = cuda::k_pad_of(cuda::Fmt::I8, int(n));
-      a.out_k_u4 = cuda::k_pad_of(cuda::Fmt::U4, int(n));
-    }
+    if (ni) a.out_form = cuda::int_out(*ni);
     if (cuda::attention(a, b, st()) && ni) {
       attn_form_.y = out;
       attn_form_.stamp = n_stream_uses_;

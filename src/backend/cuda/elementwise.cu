@@ -62,12 +62,12 @@ __global__ void embed_kernel(GpuWeight w, const int32_t* ids, float* out) {
     out[size_t(t) * w.n_in + i] = weight_at(w, row, i);
 }
 
-// QUANT: y's integer form too (kernels.h, NormInt), for 8-bit weights in
-// i8 (rows k_i8 apart) and for 4-bit ones in u4 (k_u4 >= k_i8), each warp's
-// 32 consecutive elements a block, with quantize_act's bits.
+// QUANT: y's integer form too (kernels.h, NormInt), in f's orders (k_u4 >=
+// k_i8), each warp's 32 consecutive elements a block, with quantize_act's
+// bits.
 template <bool ADD, bool QUANT>
 __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, float eps, float* y,
-                               IntAct i8, int k_i8, IntAct u4, int k_u4) {
+                               IntOut f) {
   constexpr int kHeld = 8;  // elements per thread kept in registers (rows up to 8 x 256)
   __shared__ float sh[32];
   // the weights do not depend on the kernel before: fetched while it drains
@@ -104,15 +104,15 @@ __global__ void rmsnorm_kernel(float* x, const float* r, const float* w, int n, 
       yr[i] = j < kHeld ? wv[j] * (xv[j] * inv) : w[i] * (xr[i] * inv);
   } else {
     // the row's integer forms, zeros past n
-    const int row = int(blockIdx.x), k_pad = k_u4;
-    const IntRowOut out[2] = {int_row_out(i8, row, k_i8, false), int_row_out(u4, row, k_u4, true)};
+    const int k_pad = f.k_u4;
+    const IntRowOuts out = int_row_outs(f, int(blockIdx.x));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // element base + threadIdx.x (v: its value where below n), whole warps
     auto put = [&](int base, float v) {
       if (base + 32 * warp >= k_pad) return;  // (k_pad is a multiple of 128)
       const int i = base + int(threadIdx.x);
       if (i < n) yr[i] = v;
-      quantize_block(i < n ? v : 0.f, lane, i / 32, out);
+      quantize_block(i < n ? v : 0.f, lane, i / 32, out.o);
     };
     const int step = int(blockDim.x);
 #pragma unroll
@@ -280,16 +280,13 @@ void launch_rmsnorm(float* x, const float* r, const float* w, int n_rows, int n,
   if (n_rows <= 0) return;
   const dim3 grid(n_rows), block(n >= 256 ? kRowThreads : 64);
   if (!ni) {
-    launch_early(rmsnorm_kernel<ADD, false>, grid, block, 0, st, x, r, w, n, eps, y, IntAct{}, 0,
-                 IntAct{}, 0);
+    launch_early(rmsnorm_kernel<ADD, false>, grid, block, 0, st, x, r, w, n, eps, y, IntOut{});
     return;
   }
   if (ni->M != n_rows || ni->n != n)
     throw std::logic_error("rmsnorm: the integer form's shape is not the norm's");
   // (a form not wanted: null levels, which quantize_block skips)
-  launch_early(rmsnorm_kernel<ADD, true>, grid, block, 0, st, x, r, w, n, eps, y,
-               ni->for_i8 ? norm_int_act(*ni, Fmt::I8) : IntAct{}, k_pad_of(Fmt::I8, n),
-               ni->for_u4 ? norm_int_act(*ni, Fmt::U4) : IntAct{}, k_pad_of(Fmt::U4, n));
+  launch_early(rmsnorm_kernel<ADD, true>, grid, block, 0, st, x, r, w, n, eps, y, int_out(*ni));
 }
 
 }  // namespace

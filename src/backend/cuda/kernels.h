@@ -43,6 +43,18 @@ size_t int_act_bytes(int M, int k_pad);
 // The integer form in ni (made by a norm or gate/up) for weights of format f
 // (k's order for I8, U4's for U4; rows k_pad_of(f, n) apart).
 IntAct norm_int_act(const NormInt& ni, Fmt f);
+// The forms a kernel writes beside its output (the norms, gate/up,
+// attention): each order's levels (null: not wanted), rows k_i8 / k_u4 apart.
+struct IntOut {
+  IntAct i8, u4;
+  int k_i8 = 0, k_u4 = 0;
+  constexpr bool any() const { return i8.q || u4.q; }
+  constexpr int k_pad() const {  // the longer padded row of the forms written
+    const int a = i8.q ? k_i8 : 0, b = u4.q ? k_u4 : 0;
+    return a > b ? a : b;
+  }
+};
+IntOut int_out(const NormInt& ni);
 
 // Activation quantizations launched so far, in this process (tests check
 // which products took a norm's form).
@@ -234,10 +246,9 @@ struct AttnArgs {
   const float* rope = nullptr;  // pre-RoPE keys: rope_table rows to rotate them by, else null
   float score_factor = 1.f;     // on q.k / sqrt(head_dim) (YaRN)
   // the output's integer form too (for the o product's integer products;
-  // NormInt's layout for rows of n_head * head_dim, the orders wanted: levels
-  // null, not), where attention() can (it says whether it wrote it)
-  IntAct out_i8{}, out_u4{};
-  int out_k_i8 = 0, out_k_u4 = 0;
+  // int_out of a NormInt for rows of n_head * head_dim), where attention()
+  // can (it says whether it wrote it)
+  IntOut out_form{};
 };
 // Keys are split into partitions of this many positions, each reduced on
 // its own and combined in partition order (flash-decoding).

@@ -60,8 +60,7 @@ struct Params {
   // projection), in the orders wanted (levels null: not), rows k_* apart;
   // each 32 columns by the last of their 4 CTAs (out_counters, one a block,
   // zero between launches); null: none
-  IntAct out_i8, out_u4;
-  int out_k_i8, out_k_u4;
+  IntOut out_form;
   int* out_counters;
 };
 
@@ -200,14 +199,12 @@ __device__ void gated_int_out(const Params& p, const float* y, int n0, int n_out
   if (!last) return;
   __threadfence();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x / 32;
-  const int k_pad = max(p.out_i8.q ? p.out_k_i8 : 0, p.out_u4.q ? p.out_k_u4 : 0);
-  const int b_end = 32 * b + 32 >= n_out ? k_pad / 32 : b + 1;
+  const int b_end = 32 * b + 32 >= n_out ? p.out_form.k_pad() / 32 : b + 1;
   for (int r = warp; r < M; r += n_warps) {
-    const IntRowOut out[2] = {int_row_out(p.out_i8, r, p.out_k_i8, false),
-                              int_row_out(p.out_u4, r, p.out_k_u4, true)};
+    const IntRowOuts out = int_row_outs(p.out_form, r);
     for (int bb = b; bb < b_end; ++bb) {
       const int i = 32 * bb + lane;
-      quantize_block(i < n_out ? __ldcg(y + size_t(r) * n_out + i) : 0.f, lane, bb, out);
+      quantize_block(i < n_out ? __ldcg(y + size_t(r) * n_out + i) : 0.f, lane, bb, out.o);
     }
   }
 }
@@ -930,10 +927,7 @@ bool matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   if (out_int && counters && p.xa.q && M <= 16 && matmul_path() != MatmulPath::Tiled) {
     if (out_int->M != M || out_int->n != gate.n_out)
       throw std::logic_error("matmul_gate_up: the integer form's shape is not the output's");
-    if (out_int->for_i8) p.out_i8 = norm_int_act(*out_int, Fmt::I8);
-    if (out_int->for_u4) p.out_u4 = norm_int_act(*out_int, Fmt::U4);
-    p.out_k_i8 = k_pad_of(Fmt::I8, gate.n_out);
-    p.out_k_u4 = k_pad_of(Fmt::U4, gate.n_out);
+    p.out_form = int_out(*out_int);
     p.out_counters = counters;
     dispatch<true, false>(p, 0, st);
     return true;

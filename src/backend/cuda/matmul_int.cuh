@@ -56,6 +56,14 @@ __device__ __forceinline__ IntRowOut int_row_out(const IntAct& a, int row, int k
                    const_cast<int*>(a.s) + r * size_t(k_pad / 16), k_pad / 32, nibbles};
 }
 
+// Row `row` of each of f's forms, as quantize_block takes them.
+struct IntRowOuts {
+  IntRowOut o[2];
+};
+__device__ __forceinline__ IntRowOuts int_row_outs(const IntOut& f, int row) {
+  return IntRowOuts{{int_row_out(f.i8, row, f.k_i8, false), int_row_out(f.u4, row, f.k_u4, true)}};
+}
+
 // One block of 32 of a row in integer form, one lane an element (whole
 // warps): lane holds element 32 b + lane, v (zero past the row), written to
 // each of out (where it has block b): the two levels, d / 256 and the
