@@ -19,6 +19,39 @@
 namespace wick::test {
 namespace {
 
+// The activation quantizations run() launches.
+template <typename Run>
+uint64_t quantize_launches(Run&& run) {
+  const uint64_t before = cuda::quantize_act_launches();
+  run();
+  return cuda::quantize_act_launches() - before;
+}
+
+// ni's forms (ni.M rows of ni.n, both orders), byte for byte what
+// quantize_act makes of y.
+void expect_forms_quantize(Backend& be, const float* y, const cuda::NormInt& ni, cudaStream_t st,
+                           const std::string& what) {
+  auto bytes = [&](const void* p, size_t n) {
+    std::vector<uint8_t> h(n);
+    be.copy_to_host(h.data(), p, n);
+    return h;
+  };
+  for (cuda::Fmt f : {cuda::Fmt::I8, cuda::Fmt::U4}) {
+    const int k_pad = cuda::k_pad_of(f, ni.n);
+    Buffer q = be.alloc(cuda::int_act_bytes(ni.M, k_pad));
+    const cuda::IntAct want =
+        cuda::quantize_act(y, ni.M, ni.n, k_pad, f == cuda::Fmt::U4, q.data(), st);
+    const cuda::IntAct got = cuda::norm_int_act(ni, f);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    const size_t n_q = size_t(ni.M) * 2 * size_t(k_pad), n_d = size_t(ni.M) * size_t(k_pad / 32),
+                 n_s = size_t(ni.M) * size_t(k_pad / 16);
+    const std::string order = what + (f == cuda::Fmt::U4 ? ", 4-bit order" : ", 8-bit order");
+    EXPECT_EQ(bytes(got.q, n_q), bytes(want.q, n_q)) << order;
+    EXPECT_EQ(bytes(got.d, n_d * 4), bytes(want.d, n_d * 4)) << order;
+    EXPECT_EQ(bytes(got.s, n_s * 4), bytes(want.s, n_s * 4)) << order;
+  }
+}
+
 class CudaMatmulInt : public ::testing::TestWithParam<DType> {};
 
 // Every type's products within the tolerance, at odd row counts (a tile
@@ -316,9 +349,12 @@ TEST(CudaNormInt, ProductsEqualQuantizingAgain) {
           Buffer xb = be->alloc(cuda::matmul_scratch_bytes(n_rows, g.k_pad));
           be->sync();
           const cuda::MatmulJob j1{&g, o1.as<float>(), nullptr}, j2{&g, o2.as<float>(), nullptr};
-          const uint64_t before = cuda::quantize_act_launches();
-          cuda::matmul(&j1, 1, y1.as<float>(), n_rows, n_rows < 64 ? nullptr : xb.data(), st, &ni);
-          EXPECT_EQ(cuda::quantize_act_launches(), before) << dtype_name(t);
+          EXPECT_EQ(quantize_launches([&] {
+                      cuda::matmul(&j1, 1, y1.as<float>(), n_rows,
+                                   n_rows < 64 ? nullptr : xb.data(), st, &ni);
+                    }),
+                    0u)
+              << dtype_name(t);
           cuda::matmul(&j2, 1, y2.as<float>(), n_rows, xb.data(), st);
           ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
           EXPECT_EQ(to_host<float>(*be, o1, size_t(n_rows * n_out)),
@@ -369,9 +405,7 @@ TEST(CudaNormInt, BackendTakesTheFormOnlyRightAfterTheNorm) {
       std::vector<uint64_t> launched;
       auto product = [&](const Weight& wi, const float* in) {
         Buffer o = be->alloc(size_t(n_rows * n_out) * 4);
-        const uint64_t before = cuda::quantize_act_launches();
-        be->matmul(wi, in, n_rows, o.as<float>());
-        launched.push_back(cuda::quantize_act_launches() - before);
+        launched.push_back(quantize_launches([&] { be->matmul(wi, in, n_rows, o.as<float>()); }));
         out.push_back(to_host<float>(*be, o, size_t(n_rows * n_out)));
       };
       be->copy_to_device(dx.data(), x.data(), n_x * 4);  // (add_rmsnorm below changes it)
@@ -440,25 +474,7 @@ TEST(CudaGatedInt, OutputFormEqualsQuantizingAgain) {
               cuda::matmul_gate_up(g, u, dx.as<float>(), M, y2.as<float>(), xb.data(), st));
           ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
           ASSERT_EQ(to_host<float>(*be, y1, n_y), to_host<float>(*be, y2, n_y));
-          for (cuda::Fmt f : {cuda::Fmt::I8, cuda::Fmt::U4}) {
-            const int k_pad = cuda::k_pad_of(f, n_ff);
-            Buffer q = be->alloc(cuda::int_act_bytes(M, k_pad));
-            const cuda::IntAct want = cuda::quantize_act(y2.as<float>(), M, n_ff, k_pad,
-                                                         f == cuda::Fmt::U4, q.data(), st);
-            const cuda::IntAct got = cuda::norm_int_act(out, f);
-            ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-            auto bytes = [&](const void* p, size_t n) {
-              std::vector<uint8_t> h(n);
-              be->copy_to_host(h.data(), p, n);
-              return h;
-            };
-            const size_t n_q = size_t(M) * 2 * size_t(k_pad), n_d = size_t(M) * size_t(k_pad / 32),
-                         n_s = size_t(M) * size_t(k_pad / 16);
-            const char* order = f == cuda::Fmt::U4 ? "4-bit order" : "8-bit order";
-            EXPECT_EQ(bytes(got.q, n_q), bytes(want.q, n_q)) << order << ", launch " << launch;
-            EXPECT_EQ(bytes(got.d, n_d * 4), bytes(want.d, n_d * 4)) << order;
-            EXPECT_EQ(bytes(got.s, n_s * 4), bytes(want.s, n_s * 4)) << order;
-          }
+          expect_forms_quantize(*be, y2.as<float>(), out, st, "launch " + std::to_string(launch));
         }
         EXPECT_EQ(to_host<int>(*be, counters, n_counters), std::vector<int>(n_counters, 0));
         be->release_matrix(wg);
@@ -499,25 +515,22 @@ TEST(CudaGatedInt, BackendDownTakesGateUpsForm) {
       std::vector<uint64_t> launched;
       auto product = [&](const Weight& wi, const float* in) {
         Buffer o = be->alloc(size_t(n_rows * n) * 4);
-        const uint64_t before = cuda::quantize_act_launches();
-        be->matmul(wi, in, n_rows, o.as<float>());
-        launched.push_back(cuda::quantize_act_launches() - before);
+        launched.push_back(quantize_launches([&] { be->matmul(wi, in, n_rows, o.as<float>()); }));
         out.push_back(to_host<float>(*be, o, size_t(n_rows * n)));
       };
       auto gate_up = [&](const float* in) {
-        const uint64_t before = cuda::quantize_act_launches();
-        be->matmul_gate_up(gate, up, in, n_rows, g.as<float>(), u.as<float>());
-        launched.push_back(cuda::quantize_act_launches() - before);
+        launched.push_back(quantize_launches(
+            [&] { be->matmul_gate_up(gate, up, in, n_rows, g.as<float>(), u.as<float>()); }));
         out.push_back(to_host<float>(*be, g, n_g));
       };
       be->copy_to_device(resid.data(), x.data(), n_x * 4);
       be->rmsnorm(dx.as<float>(), dnw.as<float>(), n_rows, n, 1e-5f, y.as<float>());
       gate_up(y.as<float>());
       {  // down, the residual add and the next norm (into y2)
-        const uint64_t before = cuda::quantize_act_launches();
-        be->matmul_add_rmsnorm(down8, g.as<float>(), n_rows, proj.as<float>(), resid.as<float>(),
-                               dnw.as<float>(), 1e-5f, y2.as<float>());
-        launched.push_back(cuda::quantize_act_launches() - before);
+        launched.push_back(quantize_launches([&] {
+          be->matmul_add_rmsnorm(down8, g.as<float>(), n_rows, proj.as<float>(), resid.as<float>(),
+                                 dnw.as<float>(), 1e-5f, y2.as<float>());
+        }));
         for (const Buffer* b : {&proj, &resid, &y2}) out.push_back(to_host<float>(*be, *b, n_x));
       }
       gate_up(y2.as<float>());        // right after that norm
@@ -600,9 +613,8 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
         std::vector<uint64_t> launched;
         auto product = [&](const Weight& wi) {
           Buffer o = be->alloc(size_t(T * n_out) * 4);
-          const uint64_t before = cuda::quantize_act_launches();
-          be->matmul(wi, att.as<float>(), T, o.as<float>());
-          launched.push_back(cuda::quantize_act_launches() - before);
+          launched.push_back(
+              quantize_launches([&] { be->matmul(wi, att.as<float>(), T, o.as<float>()); }));
           out.push_back(to_host<float>(*be, o, size_t(T * n_out)));
         };
         be->attention(dq.as<float>(), *kv, 0, a, shape, att.as<float>());
@@ -645,25 +657,7 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
                           true};
       args.out_form = cuda::int_out(ni);
       EXPECT_TRUE(cuda::attention(args, a, st));
-      for (cuda::Fmt f : {cuda::Fmt::I8, cuda::Fmt::U4}) {
-        const int k_pad = cuda::k_pad_of(f, int(n));
-        Buffer qb = be->alloc(cuda::int_act_bytes(int(T), k_pad));
-        const cuda::IntAct want = cuda::quantize_act(att2.as<float>(), int(T), int(n), k_pad,
-                                                     f == cuda::Fmt::U4, qb.data(), st);
-        const cuda::IntAct got = cuda::norm_int_act(ni, f);
-        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-        auto bytes = [&](const void* p, size_t nb) {
-          std::vector<uint8_t> h(nb);
-          be->copy_to_host(h.data(), p, nb);
-          return h;
-        };
-        const size_t n_q = size_t(T) * 2 * size_t(k_pad), n_d = size_t(T) * size_t(k_pad / 32),
-                     n_s = size_t(T) * size_t(k_pad / 16);
-        const char* order = f == cuda::Fmt::U4 ? "4-bit order" : "8-bit order";
-        EXPECT_EQ(bytes(got.q, n_q), bytes(want.q, n_q)) << order;
-        EXPECT_EQ(bytes(got.d, n_d * 4), bytes(want.d, n_d * 4)) << order;
-        EXPECT_EQ(bytes(got.s, n_s * 4), bytes(want.s, n_s * 4)) << order;
-      }
+      expect_forms_quantize(*be, att2.as<float>(), ni, st, "attention");
       EXPECT_EQ(to_host<float>(*be, att2, size_t(T * n)), fused[0]);
       cudaStreamDestroy(st);
     }
