@@ -207,12 +207,16 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
     for (int64_t h = 0; h < n_head; ++h) {
       const int64_t kvh = h / (n_head / n_head_kv);
       const float* qh = q.data() + (t * n_head + h) * hd;
+      // position j's key and value rows of head kvh (plain pointers: the test runs under ASan)
+      const auto row = [&](const std::vector<float>& c, int64_t j) {
+        const int64_t slot = int64_t(table[size_t(j / bs)]) * bs + j % bs;
+        return c.data() + slot * kv_dim + kvh * hd;
+      };
       std::vector<double> w;
       for (int64_t j = lo; j <= p; ++j) {
-        const int64_t slot = int64_t(table[size_t(j / bs)]) * bs + j % bs;
+        const float* k = row(kc, j);
         double dot = 0;
-        for (int64_t i = 0; i < hd; ++i)
-          dot += double(qh[i]) * kc[size_t(slot * kv_dim + kvh * hd + i)];
+        for (int64_t i = 0; i < hd; ++i) dot += double(qh[i]) * k[i];
         w.push_back(dot / std::sqrt(double(hd)));
       }
       const double mx = *std::max_element(w.begin(), w.end());
@@ -220,9 +224,9 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
       for (auto& x : w) sum += (x = std::exp(x - mx));
       double* o = out.data() + (t * n_head + h) * hd;
       for (int64_t j = lo; j <= p; ++j) {
-        const int64_t slot = int64_t(table[size_t(j / bs)]) * bs + j % bs;
-        for (int64_t i = 0; i < hd; ++i)
-          o[i] += w[size_t(j - lo)] / sum * vc[size_t(slot * kv_dim + kvh * hd + i)];
+        const float* v = row(vc, j);
+        const double wj = w[size_t(j - lo)] / sum;
+        for (int64_t i = 0; i < hd; ++i) o[i] += wj * v[i];
       }
     }
   }
