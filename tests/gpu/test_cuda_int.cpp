@@ -278,8 +278,8 @@ TEST(CudaMoeInt, ExpertsMatchCpuAndRowsAlone) {
 
 // Off, the same weights take bf16 products again (the switch holds for
 // every later product): each within its own tolerance of the CPU (the two
-// differ by bf16's rounding, up to 8e-3 of sum |w x|; an output near zero
-// among terms of hundreds can differ by 0.5 and be right: H200, session 57).
+// differ by bf16's rounding, up to 8e-3 of sum |w x|: on an H200, session
+// 57, an output of -0.34 with sum |w x| 4,686 differed by 0.46, both right).
 TEST(CudaMatmulIntSwitch, OffGivesBf16Products) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend();
@@ -307,6 +307,59 @@ TEST(CudaMatmulIntSwitch, OffGivesBf16Products) {
                             << " ref " << eb.ref;
   // bf16's error is well above the integer products' (else the switch did nothing)
   EXPECT_GT(eb.worst, 4 * ei.worst);
+}
+
+// Integer products' 8-bit decode kernels held to 128 registers
+// (set_int_r128: 1, the default, those not gated; 2 gated too) give the
+// bits of the kernels without the bound: 1 to 16 rows, groups of 32 and
+// 16, the rule's slices (16 here: a CTA of 16 warps, which 132 registers
+// cut to 15) and 32 forced (a warp takes two).
+TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  const int r128_was = cuda::int_r128();
+  auto be = cuda_backend();
+  std::mt19937 rng(57);
+  const int64_t D = 2048, F = 1536;
+  for (DType t : {DType::Q8_0, DType::Q6_K}) {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<Weight> w;
+    for (int64_t n_out : {D, F, F}) {  // o, gate, up
+      bytes.push_back(random_weight(t, n_out, D, rng));
+      w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
+    }
+    for (int64_t n_rows : {1, 5, 16})
+      for (int kw : {0, 32}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(n_rows) + " kw " +
+                     std::to_string(kw));
+        auto x = randn(size_t(n_rows * D), rng);
+        Buffer dx = to_device(*be, x.data(), x.size() * 4);
+        std::vector<float> o_want, g_want;
+        for (int level : {0, 1, 2}) {
+          cuda::set_int_r128(level);
+          cuda::set_kw_force(kw);
+          Buffer o = be->alloc(size_t(n_rows * D) * 4), g = be->alloc(size_t(n_rows * F) * 4),
+                 u = be->alloc(size_t(n_rows * F) * 4);
+          be->matmul(w[0], dx.as<float>(), n_rows, o.as<float>());
+          be->matmul_gate_up(w[1], w[2], dx.as<float>(), n_rows, g.as<float>(), u.as<float>());
+          const auto o_got = to_host<float>(*be, o, size_t(n_rows * D));
+          const auto g_got = to_host<float>(*be, g, size_t(n_rows * F));
+          cuda::set_kw_force(0);
+          if (level == 0) {
+            const ProductError e =
+                product_error(Weight{t, D, D, bytes[0].data()}, x, n_rows, o_got);
+            EXPECT_LE(e.worst, 1e-4) << "row " << e.row << " col " << e.col;
+            o_want = o_got;
+            g_want = g_got;
+          } else {
+            EXPECT_EQ(o_got, o_want) << "level " << level;
+            EXPECT_EQ(g_got, g_want) << "level " << level;
+          }
+        }
+      }
+    for (auto& wi : w) be->release_matrix(wi);
+  }
+  cuda::set_int_r128(r128_was);
 }
 
 // A norm that also writes its output's integer form (NormInt): the same

@@ -139,10 +139,15 @@ bool fuse_norm();
 // levels against x quantized to two int8 levels per block of 32, on the
 // tensor cores, the same sums in the decode and tiled kernels; off: bf16
 // products.
-// WICK_CUDA_INT_MMA (0 or 1, default 0) until measured; tests set it. It
+// WICK_CUDA_INT_MMA (0 or 1, default 0: slower on an H200, session 57); tests set it. It
 // holds for every later product (a model's results change with it).
 void set_int_products(bool on);
 bool int_products();
+// Integer products' decode kernels of 8-bit weights held to 128 registers
+// (WICK_CUDA_INT_R128: 0 none, 1 the default: those not gated, 2 gated too,
+// which spill 184 bytes): more warps an SM, the same bits.
+void set_int_r128(int level);
+int int_r128();
 // Whether products of w take integer products: they need matmul()'s scratch
 // (xb) at every batch size then.
 bool int_path(const GpuWeight& w);

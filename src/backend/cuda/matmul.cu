@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -211,9 +212,9 @@ __device__ void gated_int_out(const Params& p, const float* y, int n0, int n_out
 
 // IG (8- and 4-bit weights, WICK_CUDA_INT_MMA): integer products
 // (matmul_int.cuh) for weight groups of IG elements; 0: bf16 products.
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
-          int IG = 0>
-__global__ void mm_kernel(const __grid_constant__ Params p) {
+// The body of mm_kernel and mm_kernel_r128.
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE, bool NORM, int IG>
+__device__ __forceinline__ void mm_body(const Params& p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
   static_assert(!ROPE || (MT == 1 && NT == 1 && !GATED && !GROUPED), "ROPE: one 16x8 tile");
   static_assert(!NORM || (MT == 1 && NT == 1 && !GATED && !GROUPED && !ROPE), "NORM: one row");
@@ -413,6 +414,25 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
   }
 }
 
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
+          int IG = 0>
+__global__ void mm_kernel(const __grid_constant__ Params p) {
+  mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>(p);
+}
+
+// The same, held to 128 registers (CTAs of up to 512 threads): integer
+// products' decode kernels of 8-bit weights took 132 (176 gated), so an SM
+// ran one CTA of 8 warps, and a CTA of 16 slices got 15 warps (two slices
+// for one of them); at 128, two CTAs of 8 warps or one of 16 (no spills but
+// gated's, 184 bytes; ptxas -v). On an H200 (session 57) those products ran
+// at 12.5 % occupancy, 0.7x the bf16 products' speed (ncu, wick_gpu_bench).
+// WICK_CUDA_INT_R128 chooses (int_r128()).
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
+          int IG = 0>
+__global__ void __launch_bounds__(512, 1) mm_kernel_r128(const __grid_constant__ Params p) {
+  mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>(p);
+}
+
 // A positive integer from the environment (unset: fallback), one of `allowed`
 // when given.
 int env_int(const char* name, int fallback, std::initializer_list<int> allowed = {}) {
@@ -496,6 +516,31 @@ bool rows64_fit(int kw) {
   return mm_smem(kw, 4, 4, false, false) <= kMaxSmem;
 }
 
+// Per kernel, once: up to 160 KiB of shared memory, and the most warps a
+// CTA can have with its registers.
+template <auto Kernel>
+int max_warps_of() {
+  static const int max_warps = [] {
+    WICK_CUDA_CHECK(
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    cudaFuncAttributes a{};
+    WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, Kernel));
+    return std::max(1, a.maxThreadsPerBlock / 32);
+  }();
+  return max_warps;
+}
+
+template <auto Kernel, int MT, bool ROPE>
+void launch_kernel(Params& p, int n_tiles_x, int n_tiles_y, size_t smem, cudaStream_t st) {
+  // a warp a slice for the small decode tiles (a warp takes several slices
+  // past 32 or past what its registers allow), 8 for the larger ones
+  const int n_warps = std::min({p.kw, MT == 1 ? 32 : 8, max_warps_of<Kernel>()});
+  // the RoPE epilogue takes one element a thread: 128 threads at least
+  if (ROPE && n_warps < 4) throw std::logic_error("mm: the RoPE epilogue needs 4 warps a CTA");
+  launch_early(Kernel, dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), dim3(n_warps * 32), smem, st,
+               p);
+}
+
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
           int IG = 0>
 void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
@@ -504,23 +549,13 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
     throw std::logic_error("mm: " + std::to_string(p.kw) + " slices of " + std::to_string(16 * MT) +
                            "x" + std::to_string(8 * NT) + " tiles need " +
                            std::to_string(smem / 1024) + " KiB of shared memory");
-  auto kernel = mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>;
-  // per instantiation, once: up to 160 KiB of shared memory, and the most
-  // warps a CTA can have with this kernel's registers
-  static const int max_warps = [&] {
-    WICK_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
-    cudaFuncAttributes a{};
-    WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-    return std::max(1, a.maxThreadsPerBlock / 32);
-  }();
-  // a warp a slice for the small decode tiles (a warp takes several slices
-  // past 32 or past what its registers allow), 8 for the larger ones
-  const int n_warps = std::min({p.kw, MT == 1 ? 32 : 8, max_warps});
-  // the RoPE epilogue takes one element a thread: 128 threads at least
-  if (ROPE && n_warps < 4) throw std::logic_error("mm: the RoPE epilogue needs 4 warps a CTA");
-  launch_early(kernel, dim3(unsigned(n_tiles_x), unsigned(n_tiles_y)), dim3(n_warps * 32), smem, st,
-               p);
+  // integer products' 8-bit decode kernels at 128 registers (mm_kernel_r128)
+  if constexpr (IG != 0 && F == Fmt::I8 && MT == 1 && NT == 1 && !GROUPED)
+    if (int_r128() >= (GATED ? 2 : 1))
+      return launch_kernel<mm_kernel_r128<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>, MT, ROPE>(
+          p, n_tiles_x, n_tiles_y, smem, st);
+  launch_kernel<mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>, MT, ROPE>(
+      p, n_tiles_x, n_tiles_y, smem, st);
 }
 
 // Decode tiles of tall 16-bit matrices (the output head): WICK_CUDA_TALL_NT
@@ -733,6 +768,7 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
 std::atomic<int> g_int{-1};       // -1: WICK_CUDA_INT_MMA not read yet
 std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
 std::atomic<int> g_tiled_u4{-1};  // -1: WICK_CUDA_TILED_U4 not read yet
+std::atomic<int> g_int_r128{-1};  // -1: WICK_CUDA_INT_R128 not read yet
 
 // A switch read from `name` on first use (unless a setter came first).
 bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
@@ -879,6 +915,25 @@ bool tiled_u4() {
 
 void set_tiled_u4(bool on) {
   g_tiled_u4 = on ? 1 : 0;
+}
+
+int int_r128() {
+  if (g_int_r128.load() < 0) {
+    int level = 1, unread = -1;
+    if (const char* v = std::getenv("WICK_CUDA_INT_R128")) {
+      if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '2')
+        throw std::invalid_argument(std::string("WICK_CUDA_INT_R128: invalid value '") + v +
+                                    "' (0, 1 or 2)");
+      level = v[0] - '0';
+    }
+    g_int_r128.compare_exchange_strong(unread, level);
+  }
+  return g_int_r128.load();
+}
+
+void set_int_r128(int level) {
+  if (level < 0 || level > 2) throw std::invalid_argument("set_int_r128: 0, 1 or 2");
+  g_int_r128 = level;
 }
 
 bool int_path(const GpuWeight& w) {
