@@ -416,32 +416,39 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
         }
       // a prefill's size (4,096 x 1,024 weights, 512 rows): the widest CTA
       // tiles (2 x 4 warps, several copy passes a stage), which the small
-      // problems above never reach
-      const int64_t n_in = 1024, n_out = 4096, n_rows = 512;
+      // problems above never reach; and 2,048 of its rows alone, which 8-
+      // and 16-bit weights' bf16 products take in 2-column-tile warps
+      // (dispatch_tile, on a GPU of 86 to 170 SMs)
+      const int64_t n_in = 1024, n_out = 4096, n_half = 2048, n_rows = 512;
       auto hg = random_weight(t, n_out, n_in, rng), hu = random_weight(t, n_out, n_in, rng);
       const Weight g = be->prepare_matrix(Weight{t, n_out, n_in, hg.data()});
       const Weight u = be->prepare_matrix(Weight{t, n_out, n_in, hu.data()});
+      const Weight h = be->prepare_matrix(Weight{t, n_half, n_in, hg.data()});
       auto x = randn(size_t(n_rows * n_in), rng);
       Buffer dx = to_device(*be, x.data(), x.size() * 4);
       auto products = [&](cuda::MatmulPath path) {
         cuda::set_matmul_path(path);
         Buffer y = be->alloc(size_t(n_rows * n_out) * 4),
                gy = be->alloc(size_t(n_rows * n_out) * 4),
-               uy = be->alloc(size_t(n_rows * n_out) * 4);
+               uy = be->alloc(size_t(n_rows * n_out) * 4),
+               hy = be->alloc(size_t(n_rows * n_half) * 4);
         be->matmul(g, dx.as<float>(), n_rows, y.as<float>());
         be->matmul_gate_up(g, u, dx.as<float>(), n_rows, gy.as<float>(), uy.as<float>());
-        return std::make_pair(to_host<float>(*be, y, size_t(n_rows * n_out)),
-                              to_host<float>(*be, gy, size_t(n_rows * n_out)));
+        be->matmul(h, dx.as<float>(), n_rows, hy.as<float>());
+        return std::vector<std::vector<float>>{to_host<float>(*be, y, size_t(n_rows * n_out)),
+                                               to_host<float>(*be, gy, size_t(n_rows * n_out)),
+                                               to_host<float>(*be, hy, size_t(n_rows * n_half))};
       };
       const auto tiled = products(cuda::MatmulPath::Tiled);
       const auto plain = products(cuda::MatmulPath::DecodeKernel);
       // (EXPECT_TRUE: two million values would flood the log)
-      EXPECT_TRUE(tiled.first == plain.first)
-          << dtype_name(t) << (int_mma ? " integer" : "") << ", large";
-      EXPECT_TRUE(tiled.second == plain.second)
-          << dtype_name(t) << (int_mma ? " integer" : "") << ", large gate/up";
+      const char* what[3] = {", large", ", large gate/up", ", 2,048 rows"};
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(tiled[i] == plain[i])
+            << dtype_name(t) << (int_mma ? " integer" : "") << what[i];
       be->release_matrix(g);
       be->release_matrix(u);
+      be->release_matrix(h);
     }
 }
 

@@ -420,6 +420,12 @@ int n_ctas(const TParams& p, int bm, int bn) {
 // fragments beside each slice's sums and the total. 4-bit weights: two
 // 8-column tiles a warp, and 16 rows for gated integer products, whose
 // 128-element chunks carry 4 groups' scales a column: wider tiles spill.)
+// 8- and 16-bit weights' bf16 products, not gated, take 4 column tiles a
+// warp; where those tiles' 4- and 8-warp CTAs are too few (q/k/v, o and down
+// of 1B models at 512 rows), CTAs of 2-column-tile warps (as 4-bit weights'
+// and gate/up's: 8 warps, 128 x 64) before 2- and 1-warp CTAs: on an H200 Q8_0's q/k/v, o and
+// down ran at 49-65 TFLOP/s in 1-warp CTAs, Q4_0's at 88-119 in these
+// (session 57). A tile shape never changes a result's bits.
 template <Fmt F, bool GATED, int IG = 0>
 void dispatch_tile(TParams& p, cudaStream_t st) {
   constexpr bool U4 = F == Fmt::U4;
@@ -427,6 +433,8 @@ void dispatch_tile(TParams& p, cudaStream_t st) {
   const int want = 6 * n_sms();
   if (8 * n_ctas(p, 2 * R, 32 * NT) >= want) return launch<F, 2, 4, MT, NT, GATED, IG>(p, st);
   if (4 * n_ctas(p, 2 * R, 16 * NT) >= want) return launch<F, 2, 2, MT, NT, GATED, IG>(p, st);
+  if constexpr (NT == 4 && IG == 0)  // (a 2 x 2 of them has as many warps as this)
+    if (8 * n_ctas(p, 2 * R, 64) >= want) return launch<F, 2, 4, MT, 2, GATED>(p, st);
   if (2 * n_ctas(p, R, 16 * NT) >= want) return launch<F, 1, 2, MT, NT, GATED, IG>(p, st);
   if (n_ctas(p, R, 8 * NT) >= want) return launch<F, 1, 1, MT, NT, GATED, IG>(p, st);
   launch<F, 1, 1, (MT < 2 ? MT : 2), NT, GATED, IG>(p, st);
