@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -433,15 +432,17 @@ __global__ void __launch_bounds__(512, 1) mm_kernel_r128(const __grid_constant__
   mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>(p);
 }
 
-// A positive integer from the environment (unset: fallback), one of `allowed`
-// when given.
+// A positive integer from the environment (unset: fallback), or one of
+// `allowed` when given (0 too, if listed).
 int env_int(const char* name, int fallback, std::initializer_list<int> allowed = {}) {
   const char* v = std::getenv(name);
   if (!v) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  bool ok = end != v && *end == 0 && x > 0 && x < (1 << 30);
-  if (ok && allowed.size()) ok = std::find(allowed.begin(), allowed.end(), int(x)) != allowed.end();
+  bool ok = end != v && *end == 0 && x >= 0 && x < (1 << 30);
+  if (ok)
+    ok =
+        allowed.size() ? std::find(allowed.begin(), allowed.end(), int(x)) != allowed.end() : x > 0;
   if (!ok) throw std::invalid_argument(std::string(name) + ": invalid value '" + v + "'");
   return int(x);
 }
@@ -919,14 +920,8 @@ void set_tiled_u4(bool on) {
 
 int int_r128() {
   if (g_int_r128.load() < 0) {
-    int level = 1, unread = -1;
-    if (const char* v = std::getenv("WICK_CUDA_INT_R128")) {
-      if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '2')
-        throw std::invalid_argument(std::string("WICK_CUDA_INT_R128: invalid value '") + v +
-                                    "' (0, 1 or 2)");
-      level = v[0] - '0';
-    }
-    g_int_r128.compare_exchange_strong(unread, level);
+    int unread = -1;
+    g_int_r128.compare_exchange_strong(unread, env_int("WICK_CUDA_INT_R128", 1, {0, 1, 2}));
   }
   return g_int_r128.load();
 }
