@@ -421,11 +421,11 @@ int n_ctas(const TParams& p, int bm, int bn) {
 // 8-column tiles a warp, and 16 rows for gated integer products, whose
 // 128-element chunks carry 4 groups' scales a column: wider tiles spill.)
 // 8- and 16-bit weights' bf16 products, not gated, take 4 column tiles a
-// warp; where those tiles' 4- and 8-warp CTAs are too few (q/k/v, o and down
-// of 1B models at 512 rows), CTAs of 2-column-tile warps (as 4-bit weights'
-// and gate/up's: 8 warps, 128 x 64) before 2- and 1-warp CTAs: on an H200 Q8_0's q/k/v, o and
-// down ran at 49-65 TFLOP/s in 1-warp CTAs, Q4_0's at 88-119 in these
-// (session 57). A tile shape never changes a result's bits.
+// warp; where those tiles' 4- and 8-warp CTAs are too few (q/k/v, o and
+// down of 1B models at 512 rows), 8-warp CTAs of 2-column-tile warps (128 x
+// 64, as 4-bit weights' and gate/up's) come before 2- and 1-warp CTAs: on an
+// H200 Q8_0's q/k/v, o and down ran at 49-65 TFLOP/s in 1-warp CTAs, Q4_0's
+// at 88-119 in these (session 57). A tile shape never changes a result's bits.
 template <Fmt F, bool GATED, int IG = 0>
 void dispatch_tile(TParams& p, cudaStream_t st) {
   constexpr bool U4 = F == Fmt::U4;
