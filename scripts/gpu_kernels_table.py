@@ -18,13 +18,16 @@ markdown table, a row per model, weight type and product:
             share at the rule, after a norm, at 16 rows; TFLOP/s at 512 rows
   int kw    the integer products' share at 8 / 16 / 32 forced slices (the best
             one starred), and at two 8-row tiles a warp (t2; not gate/up)
+  xs0       x not staged in shared memory (WICK_CUDA_X_STAGE=0; the rule, the
+            other cells staged where it fits): the share at one row, after a
+            norm, at 16 rows
 """
 import json
 import re
 import sys
 from collections import defaultdict
 
-NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm)")
+NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm|xs0b2b|xs0norm)")
 
 
 def load(path):
@@ -80,8 +83,9 @@ def main(path, peak=None):
     kws, nts = [4, 8, 16, 32], [1, 2, 4]
     print("| model | type | product | MB | rule: us, share | "
           + " | ".join(f"kw{k}" for k in kws) + " | " + " | ".join(f"t{t}" for t in nts)
-          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 | int kw8 / 16 / 32, t2 |")
-    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|---|")
+          + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 | int kw8 / 16 / 32, t2"
+          + " | xs0: rule, +norm, M16 |")
+    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|---|---|")
     def share(b):
         return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
     for key in order:
@@ -105,7 +109,9 @@ def main(path, peak=None):
               + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
               + " | " + int_cell(r, own) + " | "
               + " / ".join(starred({k: r.get((1, k, 0, "intb2b")) for k in (8, 16, 32)}))
-              + f", {share(r.get((1, 0, 2, 'intb2b')))} |")
+              + f", {share(r.get((1, 0, 2, 'intb2b')))} | "
+              + ", ".join(share(r.get(k)) for k in ((1, 0, 0, "xs0b2b"), (1, 0, 0, "xs0norm"),
+                                                    (16, 0, 0, "xs0b2b"))) + " |")
 
 
 def int_cell(r, own=None):

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       "                           1 not gated (default), 2 gate/up too\n"
       "  WICK_CUDA_TILED_U4       0: 4-bit weights' prefill on the decode kernel's tiles (default "
       "1)\n"
+      "  WICK_CUDA_X_STAGE        0: decode products read x from global memory, not staged in\n"
+      "                           shared memory as bf16 (default 1; the same results)\n"
       "  WICK_MODELS              the model store, where MODEL names are looked up (default: "
       "~/.cache/wick/models)\n");
   wick::cli::register_run(app);

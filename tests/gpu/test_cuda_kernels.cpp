@@ -230,6 +230,54 @@ TEST(CudaMatmul, SliceCountsKeepValuesAndBits) {
   }
 }
 
+// Sets whether decode products stage x in shared memory (matmul.cu, XS) for a scope.
+struct XStage {
+  bool was = cuda::x_stage();
+  explicit XStage(bool on) { cuda::set_x_stage(on); }
+  ~XStage() { cuda::set_x_stage(was); }
+};
+
+// Decode products with x staged in shared memory as bf16 (the default) equal
+// those that load and convert it in every lane, bit for bit: every weight
+// format the stage lays out differently (16-bit, 8-bit groups of 32 and 16,
+// 4-bit with and without a stored min), k not a multiple of 4 and past a
+// 4-bit row's 32-pair pads, 1 to 16 rows (rows 8-15 read or not), plain and
+// gate/up; where the stage is too large (past 48 KiB: 8 or more rows of the
+// deepest k, 16 of 2,560) both are the unstaged kernel.
+TEST(CudaMatmul, StagedActivationsKeepTheBits) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend(false);
+  std::mt19937 rng(58);
+  for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q4_0, DType::Q4_1})
+    for (int64_t n_in : {int64_t(768), int64_t(2560), int64_t(4864)}) {
+      const int64_t n_in_t = traits(t).block_size == 1 ? n_in + 3 : n_in;  // 16-bit: k % 4 != 0
+      const int64_t n_out = 200, n_rows = 16;
+      auto wb = random_weight(t, n_out, n_in_t, rng), ub = random_weight(t, n_out, n_in_t, rng);
+      const Weight w = be->prepare_matrix(Weight{t, n_out, n_in_t, wb.data()}),
+                   u = be->prepare_matrix(Weight{t, n_out, n_in_t, ub.data()});
+      auto x = randn(size_t(n_rows * n_in_t), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      for (int64_t m : {1, 3, 8, 9, 16}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " n_in " + std::to_string(n_in_t) + " rows " +
+                     std::to_string(m));
+        std::vector<float> y[2], gated[2];
+        for (int on : {0, 1}) {
+          XStage scope(on == 1);
+          Buffer dy = be->alloc(size_t(m * n_out) * 4), dg = be->alloc(size_t(m * n_out) * 4),
+                 du = be->alloc(size_t(m * n_out) * 4);
+          be->matmul(w, dx.as<float>(), m, dy.as<float>());
+          be->matmul_gate_up(w, u, dx.as<float>(), m, dg.as<float>(), du.as<float>());
+          y[on] = to_host<float>(*be, dy, size_t(m * n_out));
+          gated[on] = to_host<float>(*be, dg, size_t(m * n_out));
+        }
+        EXPECT_EQ(y[1], y[0]);
+        EXPECT_EQ(gated[1], gated[0]);
+      }
+      be->release_matrix(w);
+      be->release_matrix(u);
+    }
+}
+
 // q, k, v in one launch and gate/up with SiLU fused equal the separate products, bit for bit.
 TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
   WICK_REQUIRE_GPU();

@@ -148,6 +148,11 @@ bool int_products();
 // which spill 184 bytes): more warps an SM, the same bits.
 void set_int_r128(int level);
 int int_r128();
+// Whether bf16 products of up to 16 rows stage x in shared memory as bf16
+// once a CTA (matmul.cu, XS; WICK_CUDA_X_STAGE, default 1; the same bits
+// either way: for measuring and tests).
+void set_x_stage(bool on);
+bool x_stage();
 // Whether products of w take integer products: they need matmul()'s scratch
 // (xb) at every batch size then.
 bool int_path(const GpuWeight& w);

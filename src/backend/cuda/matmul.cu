@@ -62,6 +62,7 @@ struct Params {
   // zero between launches); null: none
   IntOut out_form;
   int* out_counters;
+  int xs_rs;  // XS: the staged activations' row stride, in bf16 pairs (xs_row_pairs)
 };
 
 // ROPE: tile t of q or k holds four rotation pairs of one head, so that the
@@ -117,6 +118,53 @@ __device__ __forceinline__ float4 load_x4(const float* x, int M, int n_in, int r
 #pragma unroll
   for (int j = 0; j < 4; ++j) v[j] = k + j < n_in ? src[j] : 0.f;
   return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// XS (decode kernels of up to 16 rows): x staged once a CTA in shared
+// memory as bf16 pairs, so that the chunk loop reads each step's A registers
+// with one shared load per step or two, instead of every lane loading its
+// float4s from L2 (a chunk's x is read by one warp of a CTA: each load
+// missed L1, a wait the weights' prefetch does not cover) and converting
+// them itself (8 of a chunk's 16 conversions for 8-bit weights, every one
+// done by 8 lanes alike). The values are load_x4's, packed as before: the
+// same A registers, the same bits.
+//
+// Layout, chosen so that the lanes of a load fall on distinct banks: the
+// 16-byte loads of two steps (16- and 4-bit weights) of a quarter warp
+// (lanes g = 2q, 2q + 1 and c = 0..3, at pair E/2 c + 4 t of their rows),
+// the 8-byte loads of one step (8-bit weights) of a half warp (g = 4q ..
+// 4q + 3, at pair 8 c + 2 s). 4-bit weights' rows (a lane 16 pairs past the
+// last) leave 4 pairs after every 32; row r starts at r xs_rs, xs_rs = 16
+// (16-bit), 2 (8-bit) or 8 (4-bit) past a multiple of 32.
+template <Fmt F>
+__host__ __device__ constexpr int xs_pair(int i) {
+  return F == Fmt::U4 ? i + ((i >> 5) << 2) : i;
+}
+template <Fmt F>
+__host__ __device__ constexpr int xs_row_pairs(int k_pad) {
+  const int len = xs_pair<F>(k_pad / 2 - 1) + 1;
+  const int want = F == Fmt::U4 ? 8 : F == Fmt::I8 ? 2 : 16;  // the row stride mod 32
+  return len + ((want - len % 32) + 32) % 32;
+}
+
+// Rows 0..M-1 of x into the stage (every thread of the CTA, then a barrier).
+template <Fmt F>
+__device__ void stage_x(const float* x, int M, int n_in, int k_pad, int rs, uint32_t* xs) {
+  for (int r = 0; r < M; ++r)
+    for (int k = 4 * int(threadIdx.x); k < k_pad; k += 4 * int(blockDim.x)) {
+      const float4 v = load_x4(x, M, n_in, r, k);
+      *reinterpret_cast<uint2*>(xs + r * rs + xs_pair<F>(k / 2)) =
+          make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+  __syncthreads();
+}
+
+// A lane's A pairs of one step (V uint2) or two (uint4) from the stage,
+// row r from k (zeros past M).
+template <typename V, Fmt F>
+__device__ __forceinline__ V xs_load(const uint32_t* xs, int rs, int M, int r, int k) {
+  if (r >= M) return V{};
+  return *reinterpret_cast<const V*>(xs + r * rs + xs_pair<F>(k / 2));
 }
 
 // The epilogue of a ROPE launch, after the tile's sums are in `res` [16][8]:
@@ -211,14 +259,15 @@ __device__ void gated_int_out(const Params& p, const float* y, int n0, int n_out
 
 // IG (8- and 4-bit weights, WICK_CUDA_INT_MMA): integer products
 // (matmul_int.cuh) for weight groups of IG elements; 0: bf16 products.
-// The body of mm_kernel and mm_kernel_r128.
-template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE, bool NORM, int IG>
+// XS: x staged in shared memory (above). The body of mm_kernel and mm_kernel_r128.
+template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE, bool NORM, int IG, bool XS>
 __device__ __forceinline__ void mm_body(const Params& p) {
   constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1;
+  static_assert(!XS || (MT == 1 && NT == 1 && !GROUPED && IG == 0), "XS: 1-tile bf16 products");
   static_assert(!ROPE || (MT == 1 && NT == 1 && !GATED && !GROUPED), "ROPE: one 16x8 tile");
   static_assert(!NORM || (MT == 1 && NT == 1 && !GATED && !GROUPED && !ROPE), "NORM: one row");
   static_assert(!IG || ((F == Fmt::I8 || F == Fmt::U4) && !NORM), "IG: 8/4-bit");
-  extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT], then ROPE's [16][8] sums
+  extern __shared__ float red[];  // [kw][NACC][16 MT][8 NT], then ROPE's [16][8] sums, then XS's x
   allow_next_kernel();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   int j = 0;
@@ -256,6 +305,7 @@ __device__ __forceinline__ void mm_body(const Params& p) {
   // warp, warp + n_warps, ... and leaves each slice's tile in shared memory;
   // the tile's elements are then summed over slices 0..kw-1 in order.
   constexpr int TR = 16 * MT, TC = 8 * NT, TILE = TR * TC;
+  uint32_t* xs = reinterpret_cast<uint32_t*>(red + (p.kw * NACC + (ROPE ? 1 : 0)) * TILE);
   constexpr int P = MT == 1 ? 4 : 1;  // chunks fetched ahead of their use
   const int n_warps = int(blockDim.x) / 32;
   // IG: each tile's rows of x, whether its rows 8-15 are read, and the
@@ -292,6 +342,8 @@ __device__ __forceinline__ void mm_body(const Params& p) {
     }
     // The weights above do not depend on the kernel before; x does.
     wait_for_previous_kernel();
+    if constexpr (XS)  // (every warp's first slice: the whole CTA is here)
+      if (w == warp) stage_x<F>(x, M, p.n_in, p.k_pad, p.xs_rs, xs);
     for (int base = w; base < n_chunks; base += P * p.kw) {
 #pragma unroll
       for (int d = 0; d < P; ++d) {
@@ -325,23 +377,46 @@ __device__ __forceinline__ void mm_body(const Params& p) {
           fetch_b<F, NT>(W, row_g, next * KC + E * c, raw[d][0]);
           if constexpr (GATED) fetch_b<F, NT>(U, row_g, next * KC + E * c, raw[d][NACC - 1]);
         }
+        [[maybe_unused]] uint4 xv[MT][2];  // XS: two steps' A pairs, rows g and g + 8
 #pragma unroll
         for (int s = 0; s < E / 4; ++s) {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const int r = m0 + 16 * mt + g;
-            const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s);
-            const uint32_t a0 = pack_bf16(x0.x, x0.y), a2 = pack_bf16(x0.z, x0.w);
             // the tile's rows 8-15 (zeros past M). 8- and 4-bit weights: a
             // decode step of up to 8 rows skips their conversions, which with
             // the weights' run at 16 a clock an SM, those products' limit
             // (16-bit ones are bound by memory, and their gated 4-tile kernel
             // spilled 2.8 times as much with the branch)
-            uint32_t a1 = 0, a3 = 0;
-            if (!(F == Fmt::I8 || F == Fmt::U4) || m0 + 16 * mt + 8 < M) {
-              const float4 x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
-              a1 = pack_bf16(x1.x, x1.y);
-              a3 = pack_bf16(x1.z, x1.w);
+            const bool hi8 = !(F == Fmt::I8 || F == Fmt::U4) || m0 + 16 * mt + 8 < M;
+            uint32_t a0, a1 = 0, a2, a3 = 0;
+            if constexpr (XS && F != Fmt::I8) {
+              // (two steps a load; one for 8-bit weights: 80 registers
+              // against 91, where 4-bit ones take 113 against 126; ptxas)
+              if (s % 2 == 0) {
+                xv[mt][0] = xs_load<uint4, F>(xs, p.xs_rs, M, r, k + 4 * s);
+                xv[mt][1] = hi8 ? xs_load<uint4, F>(xs, p.xs_rs, M, r + 8, k + 4 * s) : uint4{};
+              }
+              a0 = s % 2 ? xv[mt][0].z : xv[mt][0].x;
+              a2 = s % 2 ? xv[mt][0].w : xv[mt][0].y;
+              a1 = s % 2 ? xv[mt][1].z : xv[mt][1].x;
+              a3 = s % 2 ? xv[mt][1].w : xv[mt][1].y;
+            } else if constexpr (XS) {
+              const uint2 v0 = xs_load<uint2, F>(xs, p.xs_rs, M, r, k + 4 * s);
+              a0 = v0.x, a2 = v0.y;
+              if (hi8) {
+                const uint2 v1 = xs_load<uint2, F>(xs, p.xs_rs, M, r + 8, k + 4 * s);
+                a1 = v1.x, a3 = v1.y;
+              }
+            } else {
+              const float4 x0 = load_x4(x, M, p.n_in, r, k + 4 * s);
+              a0 = pack_bf16(x0.x, x0.y);
+              a2 = pack_bf16(x0.z, x0.w);
+              if (hi8) {
+                const float4 x1 = load_x4(x, M, p.n_in, r + 8, k + 4 * s);
+                a1 = pack_bf16(x1.x, x1.y);
+                a3 = pack_bf16(x1.z, x1.w);
+              }
             }
 #pragma unroll
             for (int a = 0; a < NACC; ++a)
@@ -414,9 +489,9 @@ __device__ __forceinline__ void mm_body(const Params& p) {
 }
 
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
-          int IG = 0>
+          int IG = 0, bool XS = false>
 __global__ void mm_kernel(const __grid_constant__ Params p) {
-  mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>(p);
+  mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG, XS>(p);
 }
 
 // The same, held to 128 registers (CTAs of up to 512 threads): integer
@@ -429,7 +504,7 @@ __global__ void mm_kernel(const __grid_constant__ Params p) {
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
           int IG = 0>
 __global__ void __launch_bounds__(512, 1) mm_kernel_r128(const __grid_constant__ Params p) {
-  mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG>(p);
+  mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG, false>(p);
 }
 
 // A positive integer from the environment (unset: fallback), or one of
@@ -511,6 +586,19 @@ constexpr size_t kMaxSmem = 160 * 1024;
 size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
   return (size_t(kw) * (gated ? 2 : 1) + (rope ? 1 : 0)) * 16 * mt * 8 * nt * sizeof(float);
 }
+// The shared memory of x's stage (XS) for M rows of weights of format f
+// and k_pad: 0 where it is off (WICK_CUDA_X_STAGE=0, set_x_stage) or over
+// kMaxStage (16 rows past 1,536 of k, 8 past 3,072, 1 past 12,288).
+constexpr size_t kMaxStage = 48 * 1024;
+size_t x_stage_bytes(Fmt f, int M, int k_pad) {
+  if (!x_stage() || M < 1 || M > 16) return 0;
+  const int rs = f == Fmt::U4   ? xs_row_pairs<Fmt::U4>(k_pad)
+                 : f == Fmt::I8 ? xs_row_pairs<Fmt::I8>(k_pad)
+                                : xs_row_pairs<Fmt::BF16>(k_pad);
+  const size_t bytes = size_t(M) * size_t(rs) * 4;
+  return bytes <= kMaxStage ? bytes : 0;
+}
+
 // Whether 64-row tiles (4 x 4, or 4 x 2 gated: 8 KiB a slice) of kw slices
 // fit: up to 20 slices; more take 32-row tiles, which never change the sums.
 bool rows64_fit(int kw) {
@@ -550,6 +638,19 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
     throw std::logic_error("mm: " + std::to_string(p.kw) + " slices of " + std::to_string(16 * MT) +
                            "x" + std::to_string(8 * NT) + " tiles need " +
                            std::to_string(smem / 1024) + " KiB of shared memory");
+  // bf16 products of up to 16 rows, one tile a warp: x staged (XS) where
+  // its rows fit (the 16-bit tall matrices' 4-tile kernels, bound by memory,
+  // spilled 2.6 times as much with it)
+  if constexpr (MT == 1 && NT == 1 && !GROUPED && IG == 0) {
+    const size_t xs = x_stage_bytes(F, p.M, p.k_pad);
+    if (xs && smem + xs <= kMaxSmem) {
+      p.xs_rs = F == Fmt::U4   ? xs_row_pairs<Fmt::U4>(p.k_pad)
+                : F == Fmt::I8 ? xs_row_pairs<Fmt::I8>(p.k_pad)
+                               : xs_row_pairs<Fmt::BF16>(p.k_pad);
+      return launch_kernel<mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG, true>, MT, ROPE>(
+          p, n_tiles_x, n_tiles_y, smem + xs, st);
+    }
+  }
   // integer products' 8-bit decode kernels at 128 registers (mm_kernel_r128)
   if constexpr (IG != 0 && F == Fmt::I8 && MT == 1 && NT == 1 && !GROUPED)
     if (int_r128() >= (GATED ? 2 : 1))
@@ -770,6 +871,7 @@ std::atomic<int> g_int{-1};       // -1: WICK_CUDA_INT_MMA not read yet
 std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
 std::atomic<int> g_tiled_u4{-1};  // -1: WICK_CUDA_TILED_U4 not read yet
 std::atomic<int> g_int_r128{-1};  // -1: WICK_CUDA_INT_R128 not read yet
+std::atomic<int> g_x_stage{-1};   // -1: WICK_CUDA_X_STAGE not read yet
 
 // A switch read from `name` on first use (unless a setter came first).
 bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
@@ -929,6 +1031,14 @@ int int_r128() {
 void set_int_r128(int level) {
   if (level < 0 || level > 2) throw std::invalid_argument("set_int_r128: 0, 1 or 2");
   g_int_r128 = level;
+}
+
+bool x_stage() {
+  return env_switch(g_x_stage, "WICK_CUDA_X_STAGE", true);
+}
+
+void set_x_stage(bool on) {
+  g_x_stage = on ? 1 : 0;
 }
 
 bool int_path(const GpuWeight& w) {
