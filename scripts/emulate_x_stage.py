@@ -6,12 +6,13 @@ checking a change to its layout without a GPU.
 For each weight format's chunk shape (E elements a lane: 16-bit 8, 8-bit 16, 4-bit
 32), k_pad of a few chunks, 1 to 16 rows: stage_x's writes (a uint2 of pairs k/2,
 k/2 + 1 for each k = 0, 4, ...) into a model of shared memory, then every lane's
-reads (lane g, c of a warp, chunk ch, step s: the pairs of elements ch KC + E c + 4 s
-.., one step a uint2 for 8-bit weights, two a uint4 otherwise) must find the pairs
-load_x4 + pack_bf16 would give that lane (rows past M: zeros, not read), inside the
-row's stride and at the load's alignment. Then the banks: each load's active lanes,
-by half warp (8-byte loads) or quarter warp (16-byte loads), must touch distinct banks
-or the same word (a broadcast): no bank conflicts at any row count. It models the
+reads, addressed as the kernel does (xs_lane's first pair of the lane's row, rows
+past M clamped to M - 1, then xs_chunk ch + 2 s for chunk ch and step s; one step a
+uint2 for 8-bit weights, two a uint4 otherwise), must find the pairs of elements
+ch KC + E c + 4 s .. that load_x4 + pack_bf16 would give lane (g, c), at the load's
+alignment (rows past M: any row's, their outputs are dropped). Then the banks: each
+load's lanes, by half warp (8-byte loads) or quarter warp (16-byte loads), must touch
+distinct banks or the same word (a broadcast): no bank conflicts at any row count. It models the
 kernel, it does not run it: keep the two in step; the GPU test
 CudaMatmul.StagedActivationsKeepTheBits decides. Run: python3 scripts/emulate_x_stage.py
 """
@@ -34,6 +35,7 @@ def check(fmt, k_pad, M):
     E = E_OF[fmt]
     KC = 4 * E
     rs = xs_row_pairs(fmt, k_pad)
+    chunk = xs_pair(fmt, 2 * E)  # xs_chunk
     smem = {}  # word -> (row, pair)
     for r in range(M):
         for k in range(0, k_pad, 4):
@@ -54,13 +56,12 @@ def check(fmt, k_pad, M):
                 for lane in range(32):
                     g, c = lane >> 2, lane & 3
                     r = g + hi
-                    if r >= M:
-                        continue  # zeros, no load
-                    e = ch * KC + E * c + 4 * s
-                    at = r * rs + xs_pair(fmt, e // 2)
+                    lane_at = min(r, M - 1) * rs + xs_pair(fmt, E // 2 * c)  # xs_lane
+                    at = lane_at + ch * chunk + 2 * s
                     assert at % width == 0, f"{fmt}: load misaligned"
+                    e = ch * KC + E * c + 4 * s
                     got = [smem.get(at + j) for j in range(width)]
-                    want = [(r, e // 2 + j) for j in range(width)]
+                    want = [(min(r, M - 1), e // 2 + j) for j in range(width)]
                     if got != want:
                         errors += 1
                     lanes.append((lane, at))

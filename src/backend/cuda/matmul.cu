@@ -127,7 +127,9 @@ __device__ __forceinline__ float4 load_x4(const float* x, int M, int n_in, int r
 // missed L1, a wait the weights' prefetch does not cover) and converting
 // them itself (8 of a chunk's 16 conversions for 8-bit weights, every one
 // done by 8 lanes alike). The values are load_x4's, packed as before: the
-// same A registers, the same bits.
+// same A registers in every row below M, the same bits (rows past M, zeros
+// before, now repeat row M - 1: their products reach only their own output
+// rows, which the epilogue drops).
 //
 // Layout, chosen so that the lanes of a load fall on distinct banks: the
 // 16-byte loads of two steps (16- and 4-bit weights) of a quarter warp
@@ -159,13 +161,17 @@ __device__ void stage_x(const float* x, int M, int n_in, int k_pad, int rs, uint
   __syncthreads();
 }
 
-// A lane's A pairs of one step (V uint2) or two (uint4) from the stage,
-// row r from k (zeros past M).
-template <typename V, Fmt F>
-__device__ __forceinline__ V xs_load(const uint32_t* xs, int rs, int M, int r, int k) {
-  if (r >= M) return V{};
-  return *reinterpret_cast<const V*>(xs + r * rs + xs_pair<F>(k / 2));
+// The lane's first pair in row r of the stage (chunk 0, step 0: its pairs
+// of chunk ch and step s are xs_chunk ch + 2 s further, within one 32).
+// Rows past M read row M - 1: an mma row only reaches its own output row,
+// which the epilogue drops.
+template <Fmt F>
+__device__ __forceinline__ const uint32_t* xs_lane(const uint32_t* xs, int rs, int M, int r,
+                                                   int c) {
+  return xs + min(r, M - 1) * rs + xs_pair<F>(kE<F> / 2 * c);
 }
+template <Fmt F>
+constexpr int xs_chunk = xs_pair<F>(2 * kE<F>);  // pairs of a chunk in a row of the stage
 
 // The epilogue of a ROPE launch, after the tile's sums are in `res` [16][8]:
 // q and k rotated (k unless the cache keeps keys before RoPE) with
@@ -306,6 +312,9 @@ __device__ __forceinline__ void mm_body(const Params& p) {
   // the tile's elements are then summed over slices 0..kw-1 in order.
   constexpr int TR = 16 * MT, TC = 8 * NT, TILE = TR * TC;
   uint32_t* xs = reinterpret_cast<uint32_t*>(red + (p.kw * NACC + (ROPE ? 1 : 0)) * TILE);
+  // XS: the lane's rows g and g + 8 of the stage (MT == 1)
+  const uint32_t* xs_g[2] = {xs_lane<F>(xs, p.xs_rs, M, m0 + g, c),
+                             xs_lane<F>(xs, p.xs_rs, M, m0 + g + 8, c)};
   constexpr int P = MT == 1 ? 4 : 1;  // chunks fetched ahead of their use
   const int n_warps = int(blockDim.x) / 32;
   // IG: each tile's rows of x, whether its rows 8-15 are read, and the
@@ -394,18 +403,20 @@ __device__ __forceinline__ void mm_body(const Params& p) {
               // (two steps a load; one for 8-bit weights: 80 registers
               // against 91, where 4-bit ones take 113 against 126; ptxas)
               if (s % 2 == 0) {
-                xv[mt][0] = xs_load<uint4, F>(xs, p.xs_rs, M, r, k + 4 * s);
-                xv[mt][1] = hi8 ? xs_load<uint4, F>(xs, p.xs_rs, M, r + 8, k + 4 * s) : uint4{};
+                const int at = ch * xs_chunk<F> + 2 * s;
+                xv[mt][0] = *reinterpret_cast<const uint4*>(xs_g[0] + at);
+                xv[mt][1] = hi8 ? *reinterpret_cast<const uint4*>(xs_g[1] + at) : uint4{};
               }
               a0 = s % 2 ? xv[mt][0].z : xv[mt][0].x;
               a2 = s % 2 ? xv[mt][0].w : xv[mt][0].y;
               a1 = s % 2 ? xv[mt][1].z : xv[mt][1].x;
               a3 = s % 2 ? xv[mt][1].w : xv[mt][1].y;
             } else if constexpr (XS) {
-              const uint2 v0 = xs_load<uint2, F>(xs, p.xs_rs, M, r, k + 4 * s);
+              const int at = ch * xs_chunk<F> + 2 * s;
+              const uint2 v0 = *reinterpret_cast<const uint2*>(xs_g[0] + at);
               a0 = v0.x, a2 = v0.y;
               if (hi8) {
-                const uint2 v1 = xs_load<uint2, F>(xs, p.xs_rs, M, r + 8, k + 4 * s);
+                const uint2 v1 = *reinterpret_cast<const uint2*>(xs_g[1] + at);
                 a1 = v1.x, a3 = v1.y;
               }
             } else {
