@@ -302,6 +302,8 @@ __device__ __forceinline__ void mm_body(const Params& p) {
     m0 = 0;
   }
   const int tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * 8 * NT;
+  // 8-bit weights whose min is zero (every group's, and gate's and up's)
+  const bool no_min = !W.min && !W.min8 && (!GATED || (!U.min && !U.min8));
   const int n_chunks = p.k_pad / KC;
   int row_g = n0 + g;
   if constexpr (ROPE)
@@ -379,8 +381,13 @@ __device__ __forceinline__ void mm_body(const Params& p) {
 #pragma unroll
         for (int a = 0; a < NACC; ++a)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            decode<F>(raw[d][a][nt].q, raw[d][a][nt].s, raw[d][a][nt].m, b[a][nt]);
+          for (int nt = 0; nt < NT; ++nt) {
+            const RawB& rb = raw[d][a][nt];
+            if (F == Fmt::I8 && no_min)  // (16 of a Q8_0 chunk's ~150 instructions)
+              decode<F, false>(rb.q, rb.s, rb.m, b[a][nt]);
+            else
+              decode<F>(rb.q, rb.s, rb.m, b[a][nt]);
+          }
         const int next = ch + P * p.kw;
         if (next < n_chunks) {
           fetch_b<F, NT>(W, row_g, next * KC + E * c, raw[d][0]);

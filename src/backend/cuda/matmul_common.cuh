@@ -50,8 +50,10 @@ __device__ __forceinline__ void decode_u4_word(uint32_t word, float s, float m, 
     b[i] = pack_bf16(dq(u8_to_float(lo, i), s, m), dq(u8_to_float(hi, i), s, m));
 }
 
-// The E weights of one lane's load as E/2 bf16 pairs.
-template <Fmt F>
+// The E weights of one lane's load as E/2 bf16 pairs. MIN false (8-bit
+// weights stored without a min: Q8_0, Q6_K, Q5_0, Q3_K, IQ4_*; repack.cpp):
+// the min's subtraction left out, the same bits (q s - (+0) is q s).
+template <Fmt F, bool MIN = true>
 __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
                                        uint32_t (&b)[kE<F> / 2]) {
   const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -70,7 +72,10 @@ __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
       const uint32_t flipped = r[j / 2] ^ 0x80808080u;
       const float lo = i8_to_float(flipped, 2 * (j % 2)),
                   hi = i8_to_float(flipped, 2 * (j % 2) + 1);
-      b[j] = pack_bf16(dq(lo, s, m), dq(hi, s, m));
+      if constexpr (MIN)
+        b[j] = pack_bf16(dq(lo, s, m), dq(hi, s, m));
+      else
+        b[j] = pack_bf16(__fmul_rn(lo, s), __fmul_rn(hi, s));
     }
   } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1
 #pragma unroll
