@@ -243,7 +243,8 @@ struct XStage {
 // 4-bit with and without a stored min), k not a multiple of 4 and past a
 // 4-bit row's 32-pair pads, 1 to 16 rows (rows 8-15 read or not), plain and
 // gate/up; where the stage is too large (past 48 KiB: 8 or more rows of the
-// deepest k, 16 of 2,560) both are the unstaged kernel.
+// deepest k; 16 rows of 2,560, and 9 of 4-bit weights' there) both are the
+// unstaged kernel.
 TEST(CudaMatmul, StagedActivationsKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);

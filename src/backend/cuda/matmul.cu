@@ -606,7 +606,8 @@ size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
 }
 // The shared memory of x's stage (XS) for M rows of weights of format f
 // and k_pad: 0 where it is off (WICK_CUDA_X_STAGE=0, set_x_stage) or over
-// kMaxStage (16 rows past 1,536 of k, 8 past 3,072, 1 past 12,288).
+// kMaxStage (2 bytes an element and row: 16 rows up to k = 1,472, 8 up to
+// 3,008, 1 up to 24,512; 4-bit weights' pads take 1/8 more).
 constexpr size_t kMaxStage = 48 * 1024;
 size_t x_stage_bytes(Fmt f, int M, int k_pad) {
   if (!x_stage() || M < 1 || M > 16) return 0;
