@@ -609,12 +609,14 @@ size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
 // kMaxStage (2 bytes an element and row: 16 rows up to k = 1,472, 8 up to
 // 3,008, 1 up to 24,512; 4-bit weights' pads take 1/8 more).
 constexpr size_t kMaxStage = 48 * 1024;
+int xs_rs_of(Fmt f, int k_pad) {  // xs_row_pairs of the format (16-bit: BF16's)
+  return f == Fmt::U4   ? xs_row_pairs<Fmt::U4>(k_pad)
+         : f == Fmt::I8 ? xs_row_pairs<Fmt::I8>(k_pad)
+                        : xs_row_pairs<Fmt::BF16>(k_pad);
+}
 size_t x_stage_bytes(Fmt f, int M, int k_pad) {
   if (!x_stage() || M < 1 || M > 16) return 0;
-  const int rs = f == Fmt::U4   ? xs_row_pairs<Fmt::U4>(k_pad)
-                 : f == Fmt::I8 ? xs_row_pairs<Fmt::I8>(k_pad)
-                                : xs_row_pairs<Fmt::BF16>(k_pad);
-  const size_t bytes = size_t(M) * size_t(rs) * 4;
+  const size_t bytes = size_t(M) * size_t(xs_rs_of(f, k_pad)) * 4;
   return bytes <= kMaxStage ? bytes : 0;
 }
 
@@ -663,9 +665,7 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   if constexpr (MT == 1 && NT == 1 && !GROUPED && IG == 0) {
     const size_t xs = x_stage_bytes(F, p.M, p.k_pad);
     if (xs && smem + xs <= kMaxSmem) {
-      p.xs_rs = F == Fmt::U4   ? xs_row_pairs<Fmt::U4>(p.k_pad)
-                : F == Fmt::I8 ? xs_row_pairs<Fmt::I8>(p.k_pad)
-                               : xs_row_pairs<Fmt::BF16>(p.k_pad);
+      p.xs_rs = xs_rs_of(F, p.k_pad);
       return launch_kernel<mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG, true>, MT, ROPE>(
           p, n_tiles_x, n_tiles_y, smem + xs, st);
     }
