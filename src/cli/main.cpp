@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
       "  WICK_CUDA_SKIP           measuring only: kernel kinds left out (norm,qkv,rope,attn,o,\n"
       "                           gate_up,down,head; the output is garbage)\n"
       "  WICK_CUDA_ATTN_DECODE    0: decode attention through the prefill kernel (default 1)\n"
-      "  WICK_CUDA_KW_MAX         most slices of k, matrices of <= 2048 rows: 4-32 (default 32)\n"
+      "  WICK_CUDA_KW_MAX         most slices of k a product takes: 4-32 (default 32)\n"
       "  WICK_CUDA_TALL_NT/_ROWS  decode tiles of tall 16-bit matrices (default 4 from 8192 rows)\n"
       "  WICK_CUDA_TALL_KW        slices of k, 16-bit matrices of >= 8192 rows (default 4)\n"
       "  WICK_CUDA_INT_MMA        1: 8/4-bit weights' products as integer mma (default 0)\n"

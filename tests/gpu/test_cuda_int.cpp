@@ -101,7 +101,9 @@ INSTANTIATE_TEST_SUITE_P(QuantizedTypes, CudaMatmulInt,
 
 // The launches that share x: q/k/v and gate/up equal their separate
 // products bit for bit, and so do q/k/v with RoPE and the K/V write in the
-// epilogue (decode batches) against the products then rope_kv_write.
+// epilogue (decode batches) against the products then rope_kv_write. (At
+// these sizes every launch takes 4 slices, alone or together; past them a
+// launch's count follows all its rows, kw_for.)
 TEST(CudaMatmulIntFused, LaunchesEqualSeparateProducts) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);

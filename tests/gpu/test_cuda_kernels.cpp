@@ -280,6 +280,9 @@ TEST(CudaMatmul, StagedActivationsKeepTheBits) {
 }
 
 // q, k, v in one launch and gate/up with SiLU fused equal the separate products, bit for bit.
+// (At these sizes every launch takes the most slices it may, half its chunks
+// or 4, alone or together; past them a launch's count follows all its rows,
+// kw_for.)
 TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend();

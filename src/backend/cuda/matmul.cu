@@ -2,9 +2,10 @@
 // for every batch size, so that a token's result never depends on what else
 // is in its batch.
 //
-// The reduction order of an output element is fixed by the weight alone:
+// The reduction order of an output element is fixed by the weights alone:
 // k is cut into chunks of k_chunk(fmt) elements; warp w of a CTA's KW warps
-// (KW from the weight's shape) takes chunks w, w + KW, ... in increasing
+// (KW from the shapes of the weights launched together and the GPU's size,
+// kw_for) takes chunks w, w + KW, ... in increasing
 // order, each chunk as E/4 mma steps; the KW partial sums are then added in
 // warp order. Lanes load their weights with one 16-byte load per chunk: lane
 // (g, c) = (lane / 4, lane % 4) holds elements [E c, E c + E) of its row, and
@@ -13,10 +14,13 @@
 // the same set of products. A tile shape (rows x columns per warp) changes
 // which CTA computes an element, never the order.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +29,7 @@
 #include "backend/cuda/matmul_common.cuh"
 #include "backend/cuda/matmul_int.cuh"
 #include "backend/cuda/matmul_tiled.h"
+#include "backend/cuda/slices.h"
 
 namespace wick::cuda {
 
@@ -559,42 +564,9 @@ int tall_kw() {
   return kw;
 }
 
-// Slices of k per output element: a function of the weight's shape alone.
-// Matrices with few rows (q, k, v, o, down) take more slices, so that a
-// decode step has enough warps in flight to stream them at full bandwidth.
-// More than 16 (CTAs of up to 1,024 threads, one an SM by registers) only
-// where each warp still walks 4 chunks and the CTAs of 8 rows fit one wave
-// on 132 SMs: Qwen2.5-0.5B (down at 32) decodes 7 % faster on an H200,
-// Llama-3.2-1B (2,048-row products at 32) 5 % slower on an H100 (docs/perf.md,
-// 2026-11-27). Tall 16-bit matrices (gate, up, the output head: from 8,192
-// rows, decoded with 4-tile warps) take WICK_CUDA_TALL_KW, 4: at 8 slices
-// they streamed 69-73 % of 3.0 TB/s on an H100, at 4 74-88 % (Llama-1B to
-// 8B, wick_gpu_bench, 2026-11-28). Products launched together share the
-// count (kw_for_launch).
-int kw_for(const GpuWeight& w) {
-  if (const int forced = g_kw_force.load()) return forced;
-  if (w.n_out >= kTallKwRows && (w.fmt == Fmt::BF16 || w.fmt == Fmt::F16)) return tall_kw();
-  const int n_chunks = w.k_pad / k_chunk(w.fmt);
-  if (w.n_out > 2048) return n_chunks >= 64 ? 8 : 4;
-  const int most = n_chunks >= 128 && w.n_out <= 1024 ? kw_max() : std::min(kw_max(), 16);
-  return std::min(most, std::max(4, n_chunks / 2));
-}
-
 // Products of x that can share one launch: the same layout of k.
 bool same_layout(const GpuWeight& a, const GpuWeight& b) {
   return a.fmt == b.fmt && a.k_pad == b.k_pad && a.group == b.group;
-}
-
-// The slice count of products launched together (q, k and v): the tallest
-// one's, for all. Per weight, q of 3,072+ rows (3B models and up) takes 8
-// and its k and v 16 or 32, which split the launch and left the fused RoPE
-// epilogue unused. q, k and v always go together (matmul() and the fused
-// launch group them alike), so each keeps one reduction order in every path.
-int kw_for_launch(const MatmulJob* jobs, int n_jobs) {
-  const GpuWeight* tallest = jobs[0].w;
-  for (int j = 1; j < n_jobs; ++j)
-    if (jobs[j].w->n_out > tallest->n_out) tallest = jobs[j].w;
-  return kw_for(*tallest);
 }
 
 // Shared memory of a CTA: a tile of sums per slice (and per accumulator),
@@ -638,6 +610,84 @@ int max_warps_of() {
     return std::max(1, a.maxThreadsPerBlock / 32);
   }();
   return max_warps;
+}
+
+// CTAs of kw slices an SM holds of the one-row decode kernel of format F
+// (gated or not, x staged): what slice_count() sizes a wave by. The same
+// kernel whatever WICK_CUDA_X_STAGE says, as the count fixes the sums' order.
+template <Fmt F, bool GATED>
+int decode_ctas_per_sm(int kw, int k_pad) {
+  constexpr auto kKernel = mm_kernel<F, 1, 1, GATED, false, false, false, 0, true>;
+  const int n_warps = std::min({kw, 32, max_warps_of<kKernel>()});
+  const size_t stage = size_t(xs_rs_of(F, k_pad)) * 4;
+  const size_t smem = mm_smem(kw, 1, 1, GATED, false) + (stage <= kMaxStage ? stage : 0);
+  int n = 0;
+  WICK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, n_warps * 32, smem));
+  return n;
+}
+int decode_ctas_per_sm(Fmt f, bool gated, int kw, int k_pad) {
+  switch (f) {
+    case Fmt::BF16:
+      return gated ? decode_ctas_per_sm<Fmt::BF16, true>(kw, k_pad)
+                   : decode_ctas_per_sm<Fmt::BF16, false>(kw, k_pad);
+    case Fmt::F16:
+      return gated ? decode_ctas_per_sm<Fmt::F16, true>(kw, k_pad)
+                   : decode_ctas_per_sm<Fmt::F16, false>(kw, k_pad);
+    case Fmt::I8:
+      return gated ? decode_ctas_per_sm<Fmt::I8, true>(kw, k_pad)
+                   : decode_ctas_per_sm<Fmt::I8, false>(kw, k_pad);
+    case Fmt::U4:
+      return gated ? decode_ctas_per_sm<Fmt::U4, true>(kw, k_pad)
+                   : decode_ctas_per_sm<Fmt::U4, false>(kw, k_pad);
+    default:
+      throw std::logic_error("kw_for: f32 weights take the f32 kernel");
+  }
+}
+
+// Slices of k per output element: a function of the weights launched
+// together (n_rows: all their rows; w: the tallest) and of the GPU, never
+// of the batch. Tall 16-bit matrices (gate, up, the output head: from 8,192
+// rows, decoded with 4-tile warps) take WICK_CUDA_TALL_KW, 4: at 8 slices
+// they streamed 69-73 % of 3.0 TB/s on an H100, at 4 74-88 % (Llama-1B to
+// 8B, wick_gpu_bench, 2026-11-28). The others the most slices whose CTAs
+// all fit one wave (slice_count, slices.cpp), each launch's count cached.
+int kw_for(const GpuWeight& w, int n_rows, bool gated) {
+  if (const int forced = g_kw_force.load()) return forced;
+  if (w.n_out >= kTallKwRows && (w.fmt == Fmt::BF16 || w.fmt == Fmt::F16)) return tall_kw();
+  static std::mutex mu;
+  static std::map<std::array<int, 6>, int> known;
+  const std::array<int, 6> key{int(w.fmt), int(gated), w.n_out, n_rows, w.k_pad, kw_max()};
+  std::lock_guard<std::mutex> lock(mu);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  SliceProblem sp;
+  sp.n_out = w.n_out;
+  sp.n_rows = n_rows;
+  sp.n_chunks = w.k_pad / k_chunk(w.fmt);
+  sp.kw_max = kw_max();
+  sp.n_sms = n_sms();
+  const int kw =
+      slice_count(sp, [&](int k) { return decode_ctas_per_sm(w.fmt, gated, k, w.k_pad); });
+  known.emplace(key, kw);
+  return kw;
+}
+int kw_for(const GpuWeight& w) {
+  return kw_for(w, w.n_out, false);
+}
+
+// The slice count of products launched together (q, k and v): the tallest
+// one's and all their rows (the CTAs of the launch), for all. Per weight, q
+// of 3,072+ rows (3B models and up) took 8 and its k and v 16 or 32, which
+// split the launch and left the fused RoPE epilogue unused. q, k and v
+// always go together (matmul() and the fused launch group them alike), so
+// each keeps one reduction order in every path.
+int kw_for_launch(const MatmulJob* jobs, int n_jobs) {
+  const GpuWeight* tallest = jobs[0].w;
+  int n_rows = 0;
+  for (int j = 0; j < n_jobs; ++j) {
+    n_rows += jobs[j].w->n_out;
+    if (jobs[j].w->n_out > tallest->n_out) tallest = jobs[j].w;
+  }
+  return kw_for(*tallest, n_rows, false);
 }
 
 template <auto Kernel, int MT, bool ROPE>
@@ -1097,7 +1147,7 @@ bool matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
   p.M = M;
   p.n_in = gate.n_in;
   p.k_pad = gate.k_pad;
-  p.kw = kw_for(gate);
+  p.kw = kw_for(gate, gate.n_out, true);
   if (int_path(gate)) {
     check_int_weight(up);
     p.xa = int_act(gate, x, M, xb, st, ni);
@@ -1136,7 +1186,7 @@ void matmul_grouped(const GroupedMatmul& g, cudaStream_t st) {
   p.M = g.n_rows;  // picks the tile shape; each tile bounds its own rows
   p.n_in = g.shape.n_in;
   p.k_pad = g.shape.k_pad;
-  p.kw = kw_for(g.shape);
+  p.kw = kw_for(g.shape, g.shape.n_out, g.which == 0);
   p.experts = g.experts;
   p.tiles = g.tiles;
   p.tile_rows = g.tile_rows;
