@@ -30,6 +30,7 @@ struct Case {
 };
 
 constexpr int kBf16 = 63, kI8 = 79, kU4 = 111;  // registers, not gated
+constexpr int kI8Gated = 123;
 
 // Measured on an H100 (session 52, bf16; docs/gpu/report-2026-11-28-h100.md)
 // and an H200 (session 57, Q8_0 and Q4_0; report-2026-11-28-h200-session57.md),
@@ -52,6 +53,8 @@ const Case kCases[] = {
     {"Qwen2.5-0.5B down bf16: 32 50 %, 16 38 %", kBf16, 32, 896, 896, 4864, 32},
     {"Qwen2.5-0.5B down Q8_0 (H100): 16 24 %, 8 13 %, 32 22 %", kI8, 64, 896, 896, 4864, 16},
     {"Llama-3.2-1B output head Q8_0: 4 53 %, 8 49 %", kI8, 64, 128256, 128256, 2048, 4},
+    {"Llama-3.1-8B output head Q8_0: 4 54 %, 8 50 %", kI8, 64, 128256, 128256, 4096, 4},
+    {"Llama-3.1-8B gate/up Q8_0: 4 46 %, 8 44 %", kI8Gated, 64, 14336, 14336, 4096, 4},
 };
 
 TEST(CudaSlices, PickTheMeasuredFastestCount) {
@@ -68,18 +71,18 @@ TEST(CudaSlices, PickTheMeasuredFastestCount) {
 }
 
 // Where no count fits one wave (more CTAs than the GPU holds at 4 slices:
-// gate/up and the output head), the count before: 8 from 64 chunks, else 4;
-// and never past 2 chunks a warp or WICK_CUDA_KW_MAX.
+// gate/up and the output head), 4 at any k; and never past 2 chunks a warp
+// or WICK_CUDA_KW_MAX.
 TEST(CudaSlices, BoundsAndTheCountWithoutAWave) {
   cuda::SliceProblem p;
-  p.n_out = 14336;  // Llama-3.1-8B gate/up, Q8_0
-  p.n_rows = 14336;
-  p.n_chunks = 4096 / 64;
+  p.n_out = 28672;  // a 70B model's gate/up, Q8_0
+  p.n_rows = 28672;
   p.n_sms = 132;
-  const auto gated_i8 = [](int kw) { return ctas_per_sm(123, kw); };  // gated 8-bit kernel
-  EXPECT_EQ(cuda::slice_count(p, gated_i8), 8);
-  p.n_chunks = 2048 / 64;
-  EXPECT_EQ(cuda::slice_count(p, gated_i8), 4);
+  const auto gated_i8 = [](int kw) { return ctas_per_sm(kI8Gated, kw); };
+  for (int k : {2048, 8192, 16384}) {
+    p.n_chunks = k / 64;
+    EXPECT_EQ(cuda::slice_count(p, gated_i8), 4) << "k " << k;
+  }
   // few rows, few chunks: at most n_chunks / 2 slices, 4 at least
   p.n_out = p.n_rows = 64;
   for (int n_chunks : {1, 8, 14, 40}) {
@@ -94,6 +97,17 @@ TEST(CudaSlices, BoundsAndTheCountWithoutAWave) {
   EXPECT_EQ(cuda::slice_count(p, [](int) { return 1; }), 24);
   p.kw_max = 8;
   EXPECT_EQ(cuda::slice_count(p, [](int) { return 1; }), 8);
+  // WICK_CUDA_KW_WAVES=0: the rule before (the cap; 8 or 4 past 2,048 rows)
+  p.kw_max = 32;
+  p.waves = false;
+  p.n_out = p.n_rows = 2048;
+  EXPECT_EQ(cuda::slice_count(p, [](int) { return 1; }), 16);
+  p.n_out = p.n_rows = 4096;
+  EXPECT_EQ(cuda::slice_count(p, [](int) { return 1; }), 8);
+  p.n_chunks = 32;
+  EXPECT_EQ(cuda::slice_count(p, [](int) { return 1; }), 4);
+  p.waves = true;
+  p.n_chunks = 256;
   // a GPU too small for one wave of even 4 slices: the cap, as before
   p.kw_max = 32;
   p.n_out = p.n_rows = 2048;

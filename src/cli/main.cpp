@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
       "                           gate_up,down,head; the output is garbage)\n"
       "  WICK_CUDA_ATTN_DECODE    0: decode attention through the prefill kernel (default 1)\n"
       "  WICK_CUDA_KW_MAX         most slices of k a product takes: 4-32 (default 32)\n"
+      "  WICK_CUDA_KW_WAVES       0: slice counts by the rule before session 59, not by waves\n"
+      "                           (measuring; default 1)\n"
       "  WICK_CUDA_TALL_NT/_ROWS  decode tiles of tall 16-bit matrices (default 4 from 8192 rows)\n"
       "  WICK_CUDA_TALL_KW        slices of k, 16-bit matrices of >= 8192 rows (default 4)\n"
       "  WICK_CUDA_INT_MMA        1: 8/4-bit weights' products as integer mma (default 0)\n"

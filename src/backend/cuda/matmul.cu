@@ -654,6 +654,7 @@ int decode_ctas_per_sm(Fmt f, bool gated, int kw, int k_pad) {
 int kw_for(const GpuWeight& w, int n_rows, bool gated) {
   if (const int forced = g_kw_force.load()) return forced;
   if (w.n_out >= kTallKwRows && (w.fmt == Fmt::BF16 || w.fmt == Fmt::F16)) return tall_kw();
+  static const bool waves = env_flag("WICK_CUDA_KW_WAVES", true);  // 0: the rule before (measuring)
   static std::mutex mu;
   static std::map<std::array<int, 6>, int> known;
   const std::array<int, 6> key{int(w.fmt), int(gated), w.n_out, n_rows, w.k_pad, kw_max()};
@@ -665,6 +666,7 @@ int kw_for(const GpuWeight& w, int n_rows, bool gated) {
   sp.n_chunks = w.k_pad / k_chunk(w.fmt);
   sp.kw_max = kw_max();
   sp.n_sms = n_sms();
+  sp.waves = waves;
   const int kw =
       slice_count(sp, [&](int k) { return decode_ctas_per_sm(w.fmt, gated, k, w.k_pad); });
   known.emplace(key, kw);

@@ -28,15 +28,19 @@ int pow2_below(int kw) {
 // q/k/v 52 -> 58 % (H100, session 52). Where one wave holds every CTA at
 // several counts, more slices keep more loads in flight (bf16 o of Llama-1B:
 // 43 % at 8, 60 % at 16). Where none does (gate/up, the output head: more
-// CTAs than any wave), the count before this rule: 8 with 64 chunks or more,
-// else 4. tests/test_cuda_slices.cpp holds the measured cases.
+// CTAs than any wave), 4, the most CTAs an SM: the rule before took 8 from 64
+// chunks, and Llama-3.1-8B's Q8_0 head streamed 50 % there against 54 % at 4,
+// its gate/up 44 against 46 % (H200, session 57). On a GPU too small for one
+// wave of a small matrix (at most 2,048 rows), the cap, as before.
+// tests/test_cuda_slices.cpp holds the measured cases.
 int slice_count(const SliceProblem& p, const std::function<int(int)>& ctas_per_sm) {
   const int most = p.n_chunks >= 128 && p.n_out <= 1024 ? p.kw_max : std::min(p.kw_max, 16);
   const int cap = std::min(most, std::max(4, p.n_chunks / 2));
+  if (!p.waves) return p.n_out > 2048 ? (p.n_chunks >= 64 ? 8 : 4) : cap;
   const long n_ctas = (long(p.n_rows) + 7) / 8;
   for (int kw = cap; kw >= 4; kw = pow2_below(kw))
     if (n_ctas <= long(ctas_per_sm(kw)) * p.n_sms) return kw;
-  if (p.n_out > 2048) return p.n_chunks >= 64 ? 8 : 4;
+  if (p.n_out > 2048) return 4;
   return cap;
 }
 

@@ -9,11 +9,12 @@
 namespace wick::cuda {
 
 struct SliceProblem {
-  int n_out = 0;     // rows of the launch's tallest weight
-  int n_rows = 0;    // rows of all its weights (q, k and v go together)
-  int n_chunks = 0;  // chunks of k (k_pad / k_chunk of the format)
-  int kw_max = 32;   // WICK_CUDA_KW_MAX
-  int n_sms = 0;     // the GPU's multiprocessors
+  int n_out = 0;      // rows of the launch's tallest weight
+  int n_rows = 0;     // rows of all its weights (q, k and v go together)
+  int n_chunks = 0;   // chunks of k (k_pad / k_chunk of the format)
+  int kw_max = 32;    // WICK_CUDA_KW_MAX
+  int n_sms = 0;      // the GPU's multiprocessors
+  bool waves = true;  // false: the rule before session 59 (WICK_CUDA_KW_WAVES=0)
 };
 
 // ctas_per_sm(kw): how many CTAs of kw slices (8 weight rows each, one row of
