@@ -625,20 +625,20 @@ int decode_ctas_per_sm(int kw, int k_pad) {
   WICK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, n_warps * 32, smem));
   return n;
 }
+template <Fmt F>
+int decode_ctas_per_sm(bool gated, int kw, int k_pad) {
+  return gated ? decode_ctas_per_sm<F, true>(kw, k_pad) : decode_ctas_per_sm<F, false>(kw, k_pad);
+}
 int decode_ctas_per_sm(Fmt f, bool gated, int kw, int k_pad) {
   switch (f) {
     case Fmt::BF16:
-      return gated ? decode_ctas_per_sm<Fmt::BF16, true>(kw, k_pad)
-                   : decode_ctas_per_sm<Fmt::BF16, false>(kw, k_pad);
+      return decode_ctas_per_sm<Fmt::BF16>(gated, kw, k_pad);
     case Fmt::F16:
-      return gated ? decode_ctas_per_sm<Fmt::F16, true>(kw, k_pad)
-                   : decode_ctas_per_sm<Fmt::F16, false>(kw, k_pad);
+      return decode_ctas_per_sm<Fmt::F16>(gated, kw, k_pad);
     case Fmt::I8:
-      return gated ? decode_ctas_per_sm<Fmt::I8, true>(kw, k_pad)
-                   : decode_ctas_per_sm<Fmt::I8, false>(kw, k_pad);
+      return decode_ctas_per_sm<Fmt::I8>(gated, kw, k_pad);
     case Fmt::U4:
-      return gated ? decode_ctas_per_sm<Fmt::U4, true>(kw, k_pad)
-                   : decode_ctas_per_sm<Fmt::U4, false>(kw, k_pad);
+      return decode_ctas_per_sm<Fmt::U4>(gated, kw, k_pad);
     default:
       throw std::logic_error("kw_for: f32 weights take the f32 kernel");
   }
