@@ -5,10 +5,11 @@ checking a change to its layout without a GPU.
 
 For each weight format's chunk shape (E elements a lane: 16-bit 8, 8-bit 16, 4-bit
 32), k_pad of a few chunks, 1 to 16 rows: stage_x's writes (a uint2 of pairs k/2,
-k/2 + 1 for each k = 0, 4, ...) into a model of shared memory, then every lane's
-reads, addressed as the kernel does (xs_lane's first pair of the lane's row, rows
-past M clamped to M - 1, then xs_chunk ch + 2 s for chunk ch and step s; one step a
-uint2 for 8-bit weights, two a uint4 otherwise), must find the pairs of elements
+k/2 + 1 for each group i of four elements: row i / (k_pad / 4), k = 4 i mod
+k_pad) into a model of shared memory, then every lane's reads, addressed as the
+kernel does (xs_lane's first pair of the lane's row, rows past M clamped to M - 1,
+then xs_chunk ch + 2 s for chunk ch and step s; one step a uint2 for 8-bit weights,
+two a uint4 otherwise), must find the pairs of elements
 ch KC + E c + 4 s .. that load_x4 + pack_bf16 would give lane (g, c), at the load's
 alignment (rows past M: any row's, their outputs are dropped). Then the banks: each
 load's lanes, by half warp (8-byte loads) or quarter warp (16-byte loads), must touch
@@ -37,14 +38,16 @@ def check(fmt, k_pad, M):
     rs = xs_row_pairs(fmt, k_pad)
     chunk = xs_pair(fmt, 2 * E)  # xs_chunk
     smem = {}  # word -> (row, pair)
-    for r in range(M):
-        for k in range(0, k_pad, 4):
-            at = r * rs + xs_pair(fmt, k // 2)
-            assert at % 2 == 0, "uint2 store misaligned"
-            for j in range(2):
-                assert at + j not in smem, f"{fmt}: stage words overlap at {at + j}"
-                assert at + j < (r + 1) * rs, f"{fmt}: row {r} spills past its stride"
-                smem[at + j] = (r, k // 2 + j)
+    n_row = k_pad // 4  # stage_x: group i of the rows' four-element groups
+    for i in range(M * n_row):
+        r = i // n_row
+        k = 4 * (i - r * n_row)
+        at = r * rs + xs_pair(fmt, k // 2)
+        assert at % 2 == 0, "uint2 store misaligned"
+        for j in range(2):
+            assert at + j not in smem, f"{fmt}: stage words overlap at {at + j}"
+            assert at + j < (r + 1) * rs, f"{fmt}: row {r} spills past its stride"
+            smem[at + j] = (r, k // 2 + j)
     two = fmt != "i8"  # steps a load
     width = 4 if two else 2  # words a load
     phase = 8 if two else 16  # lanes served together

@@ -29,8 +29,8 @@ struct Case {
   int want;
 };
 
-constexpr int kBf16 = 63, kI8 = 79, kU4 = 111;  // registers, not gated
-constexpr int kI8Gated = 123;
+constexpr int kBf16 = 62, kI8 = 80, kU4 = 113;  // registers, not gated
+constexpr int kI8Gated = 125;
 
 // Measured on an H100 (session 52, bf16; docs/gpu/report-2026-11-28-h100.md)
 // and an H200 (session 57, Q8_0 and Q4_0; report-2026-11-28-h200-session57.md),
