@@ -3,6 +3,7 @@
 // dequantizes, and the padding is zero.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -50,6 +51,32 @@ TEST(CudaRepack, Q4_0MinIsComputedNotStored) {
     EXPECT_EQ(!r.min.empty(), c.stored) << dtype_name(c.t);
     EXPECT_EQ(r.min8, c.min8) << dtype_name(c.t);
   }
+}
+
+// The decode kernel takes 4-bit weights whose min is 8 s (min8) with one FMA,
+// fma(q, s, -8 s), where the tiled kernel and the CPU round q s, then q s - 8 s:
+// the same bits only if both are exact. They are for every scale a 4-bit type
+// repacks to (an f16 d, or d times a 6-bit sub-scale: at most 17 significant
+// bits; q at most 15): every level of every group of random Q4_0 weights and
+// of the f16 extremes, and of Q4_K's d sc products.
+TEST(CudaRepack, Min8WeightsDequantizeExactlyInOneFma) {
+  std::mt19937 rng(4);
+  std::vector<float> scales;
+  for (DType t : {DType::Q4_0, DType::Q4_K}) {
+    auto wb = random_weight(t, 16, 512, rng);
+    const cuda::Repacked r = cuda::repack(Weight{t, 16, 512, wb.data()}, false);
+    scales.insert(scales.end(), r.scale.begin(), r.scale.end());
+  }
+  for (uint16_t h : {uint16_t(0x0001), uint16_t(0x03ff), uint16_t(0x0400), uint16_t(0x3c01),
+                     uint16_t(0x7bff)})  // f16 subnormals, the smallest normal, the largest
+    for (int sc : {1, 37, 63}) scales.push_back(f16_to_f32(h) * float(sc));
+  for (float s : scales)
+    for (int q = 0; q < 16; ++q) {
+      volatile float prod = float(q) * s;  // (two roundings, as the CPU and dq)
+      const float two = prod - 8.f * s;
+      ASSERT_EQ(std::fma(float(q), s, -8.f * s), two) << "scale " << s << ", q " << q;
+      ASSERT_EQ(two, float(q - 8) * s) << "scale " << s << ", q " << q;
+    }
 }
 
 }  // namespace

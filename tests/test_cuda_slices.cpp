@@ -29,7 +29,7 @@ struct Case {
   int want;
 };
 
-constexpr int kBf16 = 62, kI8 = 80, kU4 = 113;  // registers, not gated
+constexpr int kBf16 = 62, kI8 = 80, kU4 = 96;  // registers, not gated
 constexpr int kI8Gated = 125;
 
 // Measured on an H100 (session 52, bf16; docs/gpu/report-2026-11-28-h100.md)

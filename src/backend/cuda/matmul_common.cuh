@@ -43,17 +43,23 @@ __device__ __forceinline__ float u8_to_float(uint32_t word, int i) {
 // four of these; the tiled kernel decodes a word right before its steps.
 // (The nibbles become floats by u8_to_float: float(n)'s values, without the
 // conversion unit.)
+// FUSED: q s - m as one FMA, for weights whose m is 8 s (min8, Q4_0's): a
+// 4-bit type's scale has at most 17 significant bits (an f16 d, or d times
+// a 6-bit sub-scale), so q s and (q - 8) s are exact in a float, and the
+// FMA's one rounding gives dq's bits (CudaRepack.Min8WeightsDequantizeExactlyInOneFma).
+template <bool FUSED = false>
 __device__ __forceinline__ void decode_u4_word(uint32_t word, float s, float m, uint32_t (&b)[4]) {
   const uint32_t lo = word & 0x0f0f0f0fu, hi = (word >> 4) & 0x0f0f0f0fu;
+  const auto v = [&](float q) { return FUSED ? __fmaf_rn(q, s, -m) : dq(q, s, m); };
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    b[i] = pack_bf16(dq(u8_to_float(lo, i), s, m), dq(u8_to_float(hi, i), s, m));
+  for (int i = 0; i < 4; ++i) b[i] = pack_bf16(v(u8_to_float(lo, i)), v(u8_to_float(hi, i)));
 }
 
 // The E weights of one lane's load as E/2 bf16 pairs. MIN false (8-bit
 // weights stored without a min: Q8_0, Q6_K, Q5_0, Q3_K, IQ4_*; repack.cpp):
-// the min's subtraction left out, the same bits (q s - (+0) is q s).
-template <Fmt F, bool MIN = true>
+// the min's subtraction left out, the same bits (q s - (+0) is q s). MIN8
+// (4-bit weights whose min is 8 s): decode_u4_word's one FMA, the same bits.
+template <Fmt F, bool MIN = true, bool MIN8 = false>
 __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
                                        uint32_t (&b)[kE<F> / 2]) {
   const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -80,7 +86,7 @@ __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
   } else {  // U4: byte i holds elements 2i (low nibble) and 2i + 1
 #pragma unroll
     for (int v = 0; v < 4; ++v)
-      decode_u4_word(r[v], s, m, *reinterpret_cast<uint32_t(*)[4]>(&b[4 * v]));
+      decode_u4_word<MIN8>(r[v], s, m, *reinterpret_cast<uint32_t(*)[4]>(&b[4 * v]));
   }
 }
 
