@@ -323,10 +323,7 @@ __device__ __forceinline__ void mm_body(const Params& p) {
     m0 = 0;
   }
   const int tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * 8 * NT;
-  // 8-bit weights whose min is zero (every group's, and gate's and up's)
-  const bool no_min = !W.min && !W.min8 && (!GATED || (!U.min && !U.min8));
-  // 4-bit weights whose min is 8 s (Q4_0's), gate's and up's: one FMA a weight
-  const bool min8 = W.min8 && (!GATED || U.min8);
+  const MinForm mins = min_form<GATED>(W, U);
   const int n_chunks = p.k_pad / KC;
   int row_g = n0 + g;
   if constexpr (ROPE)
@@ -406,9 +403,9 @@ __device__ __forceinline__ void mm_body(const Params& p) {
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const RawB& rb = raw[d][a][nt];
-            if (F == Fmt::I8 && no_min)  // (16 of a Q8_0 chunk's ~150 instructions)
+            if (F == Fmt::I8 && mins.none)  // (16 of a Q8_0 chunk's ~150 instructions)
               decode<F, false>(rb.q, rb.s, rb.m, b[a][nt]);
-            else if (F == Fmt::U4 && min8)  // (32 of a Q4_0 chunk's 256)
+            else if (F == Fmt::U4 && mins.eight)  // (32 of a Q4_0 chunk's 256)
               decode<F, true, true>(rb.q, rb.s, rb.m, b[a][nt]);
             else
               decode<F>(rb.q, rb.s, rb.m, b[a][nt]);

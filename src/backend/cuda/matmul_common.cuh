@@ -90,6 +90,18 @@ __device__ __forceinline__ void decode(const uint4 raw, float s, float m,
   }
 }
 
+// The launch-uniform forms of the mins of a product's weights (w, and for
+// gate/up u as well), for the decoders that keep dq's bits with less work:
+// none at all (decode<F, false>, 8-bit weights) or 8 s in every group
+// (decode_u4_word<true>, 4-bit weights).
+struct MinForm {
+  bool none, eight;
+};
+template <bool GATED>
+__device__ __forceinline__ MinForm min_form(const GpuWeight& w, const GpuWeight& u) {
+  return {!w.min && !w.min8 && (!GATED || (!u.min && !u.min8)), w.min8 && (!GATED || u.min8)};
+}
+
 template <Fmt F>
 __device__ __forceinline__ const uint8_t* row_ptr(const GpuWeight& w, int row) {
   constexpr int kNum = F == Fmt::U4 ? 1 : (F == Fmt::I8 ? 2 : 4);  // bytes per 2 elements

@@ -133,12 +133,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   const GpuWeight& W = p.jobs[j].w;
   const int n0 = (int(blockIdx.x) - p.jobs[j].tile_start) * BN, m0 = int(blockIdx.y) * BM;
   const int n_chunks = p.k_pad / KC, kw = p.kw;
-  // 8-bit weights whose min is zero (gate's and up's): decoded without it,
-  // the same bits (q s - (+0) is q s), as the decode kernel does
-  const bool no_min = !W.min && !W.min8 && (!GATED || (!p.up.min && !p.up.min8));
-  // 4-bit weights whose min is 8 s (Q4_0's): one FMA a weight, the same bits
-  // (decode_u4_word)
-  const bool min8 = W.min8 && (!GATED || p.up.min8);
+  const MinForm mins = min_form<GATED>(W, p.up);  // (as the decode kernel: the same bits)
 
   // This thread's 16-byte copies of a chunk: A rows a_row + i * A_STEP at
   // byte part * 16 of the row's chunk, B rows b_row + i * B_STEP likewise.
@@ -277,7 +272,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
             for (int nt = 0; nt < NT; ++nt) {
               const uint4 r = raw[a][nt];
               const uint32_t word = v == 0 ? r.x : v == 1 ? r.y : v == 2 ? r.z : r.w;
-              if (min8)
+              if (mins.eight)
                 decode_u4_word<true>(word, sc[a][nt], mn[a][nt], b[a][nt]);
               else
                 decode_u4_word(word, sc[a][nt], mn[a][nt], b[a][nt]);
@@ -304,7 +299,7 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           for (int nt = 0; nt < NT; ++nt) {
             float sc, mn;
             const uint4 raw = staged_b(s, a, nt, sc, mn);
-            if (F == Fmt::I8 && no_min)  // (Q8_0: 16 of a chunk's 72 decode instructions)
+            if (F == Fmt::I8 && mins.none)  // (Q8_0: 16 of a chunk's 72 decode instructions)
               decode<F, false>(raw, sc, mn, b[a][nt]);
             else
               decode<F>(raw, sc, mn, b[a][nt]);
