@@ -19,7 +19,9 @@
 // (intnorm: made by the norm, as the backend does unless WICK_CUDA_NORM_INT=0),
 // at one row also at 8, 16 and 32 forced slices (whether the rule's count,
 // chosen for bf16 products, suits them) and, but for gate/up, two 8-row
-// tiles a warp (t2). "xs0b2b", "xs0norm": bf16 products with x not staged
+// tiles a warp (t2); one-row integer products take dp4a (WICK_CUDA_INT_DP4A),
+// and "immab2b", "immanorm" are the same on the tensor cores' mma instead.
+// "xs0b2b", "xs0norm": bf16 products with x not staged
 // in shared memory (WICK_CUDA_X_STAGE=0) at one row and (b2b) 16 rows.
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
 // copy/d2d/MiB1024: this GPU's own ceiling, a device-to-device copy of 1 GiB
@@ -181,23 +183,25 @@ struct Stream {
   } while (0)
 
 void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::string proj, int M,
-                int kw, int tiles, bool norm_first, bool int_mma, bool x_stage) {
+                int kw, int tiles, bool norm_first, bool int_mma, bool x_stage, bool dp4a) {
   Backend& be = backend();
   const Layer& L = layer(m, t, proj);
   static Stream s;
   struct Reset {
-    bool int_was = cuda::int_products(), stage_was = cuda::x_stage();
+    bool int_was = cuda::int_products(), stage_was = cuda::x_stage(), dp4a_was = cuda::int_dp4a();
     ~Reset() {
       cuda::set_kw_force(0);
       cuda::set_decode_tiles(0);
       cuda::set_int_products(int_was);
       cuda::set_x_stage(stage_was);
+      cuda::set_int_dp4a(dp4a_was);
     }
   } reset;
   cuda::set_kw_force(kw);
   cuda::set_decode_tiles(tiles);
   cuda::set_int_products(int_mma);
   cuda::set_x_stage(x_stage);
+  cuda::set_int_dp4a(dp4a);
   // x, a norm's weights, the outputs, and the prefill kernel's scratch
   const int64_t n_in = L.n_in;
   std::vector<float> hx(size_t(M * n_in));
@@ -321,7 +325,7 @@ void register_all() {
         const std::string base = std::string("mm/") + m.name + "/" + dtype_name(t) + "/" + proj;
         struct Run {
           int M, kw, tiles;
-          bool norm, int_mma = false, xs0 = false;
+          bool norm, int_mma = false, xs0 = false, mma = false;  // mma: dp4a off
         };
         for (Run r : {Run{1, 0, 0, false},
                       Run{1, 4, 0, false},
@@ -344,6 +348,8 @@ void register_all() {
                       Run{1, 16, 0, false, true},
                       Run{1, 32, 0, false, true},
                       Run{1, 0, 2, false, true},
+                      Run{1, 0, 0, false, true, false, true},
+                      Run{1, 0, 0, true, true, false, true},
                       Run{1, 0, 0, false, false, true},
                       Run{1, 0, 0, true, false, true},
                       Run{16, 0, 0, false, false, true}}) {
@@ -352,14 +358,15 @@ void register_all() {
           if (r.tiles && r.int_mma && proj == std::string("gate_up")) continue;  // (gated: one)
           if (r.M == 512 && r.kw && t != DType::BF16) continue;  // (prefill's slice sweep: bf16)
           if (r.int_mma && t == DType::BF16) continue;           // (integer products: 8/4-bit)
-          const std::string chain = std::string(r.int_mma ? "/int"
-                                                : r.xs0   ? "/xs0"
-                                                          : "/") +
+          const std::string chain = std::string(r.mma       ? "/imma"
+                                                : r.int_mma ? "/int"
+                                                : r.xs0     ? "/xs0"
+                                                            : "/") +
                                     (r.norm ? "norm" : "b2b");
           const std::string name = base + "/M" + std::to_string(r.M) + "/kw" +
                                    std::to_string(r.kw) + "/t" + std::to_string(r.tiles) + chain;
           benchmark::RegisterBenchmark(name.c_str(), BM_Product, m, t, std::string(proj), r.M, r.kw,
-                                       r.tiles, r.norm, r.int_mma, !r.xs0)
+                                       r.tiles, r.norm, r.int_mma, !r.xs0, !r.mma)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(10);  // a graph is >= ~2 ms of thousands of products

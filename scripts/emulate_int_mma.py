@@ -180,10 +180,11 @@ def run(fmt, G, has_min, M=16, n_in=256, min8=False):
     print(fmt,G,'min8' if min8 else 'min' if has_min else '', 'M',M,'worst vs xhat',worst,'xhat vs x',err_x)
     assert worst<1e-5, worst
 
-for fmt,G,mnf in [('I8',32,False),('I8',32,True),('I8',16,False),('I8',16,True),('U4',32,True),('U4',32,False)]:
-    run(fmt,G,mnf,M=16,n_in=256)
-run('I8',32,False,M=3,n_in=200)
-run('U4',32,True,M=1,n_in=200)
-run('U4',32,True,M=5,n_in=256,min8=True)
-for fmt,G,mnf in [('I8',32,False),('I8',16,True),('U4',32,True)]:
-    run(fmt,G,mnf,M=8,n_in=256)
+if __name__ == '__main__':  # (scripts/emulate_int_dp4a.py imports quantize_act)
+    for fmt,G,mnf in [('I8',32,False),('I8',32,True),('I8',16,False),('I8',16,True),('U4',32,True),('U4',32,False)]:
+        run(fmt,G,mnf,M=16,n_in=256)
+    run('I8',32,False,M=3,n_in=200)
+    run('U4',32,True,M=1,n_in=200)
+    run('U4',32,True,M=5,n_in=256,min8=True)
+    for fmt,G,mnf in [('I8',32,False),('I8',16,True),('U4',32,True)]:
+        run(fmt,G,mnf,M=8,n_in=256)

@@ -15,9 +15,12 @@ markdown table, a row per model, weight type and product:
   M16       the share at 16 rows (a batched decode step)
   M512      TFLOP/s at 512 rows (prefill), and (bf16) at 4 / 8 forced slices
   int       8/4-bit weights with integer products (WICK_CUDA_INT_MMA): the
-            share at the rule, after a norm, at 16 rows; TFLOP/s at 512 rows
+            share at the rule, after a norm (one row: dp4a, WICK_CUDA_INT_DP4A),
+            at 16 rows; TFLOP/s at 512 rows
   int kw    the integer products' share at 8 / 16 / 32 forced slices (the best
             one starred), and at two 8-row tiles a warp (t2; not gate/up)
+  imma      the integer products' one-row cells on the tensor cores' mma
+            (WICK_CUDA_INT_DP4A=0): the share at the rule, after a norm
   xs0       x not staged in shared memory (WICK_CUDA_X_STAGE=0; the rule, the
             other cells staged where it fits): the share at one row, after a
             norm, at 16 rows
@@ -27,7 +30,7 @@ import re
 import sys
 from collections import defaultdict
 
-NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm|xs0b2b|xs0norm)")
+NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm|immab2b|immanorm|xs0b2b|xs0norm)")
 
 
 def load(path):
@@ -84,8 +87,8 @@ def main(path, peak=None):
     print("| model | type | product | MB | rule: us, share | "
           + " | ".join(f"kw{k}" for k in kws) + " | " + " | ".join(f"t{t}" for t in nts)
           + " | +norm | M16 | M512 TFLOP/s | int: rule, +norm, M16, M512 | int kw8 / 16 / 32, t2"
-          + " | xs0: rule, +norm, M16 |")
-    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|---|---|")
+          + " | imma: rule, +norm | xs0: rule, +norm, M16 |")
+    print("|---|---|---|---|---|" + "---|" * (len(kws) + len(nts)) + "---|---|---|---|---|---|---|")
     def share(b):
         return f"{100 * b['of_3TB/s']:.0f} %" if b else "-"
     for key in order:
@@ -110,7 +113,8 @@ def main(path, peak=None):
               + " | " + int_cell(r, own) + " | "
               + " / ".join(starred({k: r.get((1, k, 0, "intb2b")) for k in (8, 16, 32)}))
               + f", {share(r.get((1, 0, 2, 'intb2b')))} | "
-              + ", ".join(share(r.get(k)) for k in ((1, 0, 0, "xs0b2b"), (1, 0, 0, "xs0norm"),
+              + ", ".join(share(r.get(k)) for k in ((1, 0, 0, "immab2b"), (1, 0, 0, "immanorm")))
+              + " | " + ", ".join(share(r.get(k)) for k in ((1, 0, 0, "xs0b2b"), (1, 0, 0, "xs0norm"),
                                                     (16, 0, 0, "xs0b2b"))) + " |")
 
 

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       "  WICK_CUDA_INT_R128       integer products' 8-bit decode kernels at 128 registers: 0 "
       "none,\n"
       "                           1 not gated (default), 2 gate/up too\n"
+      "  WICK_CUDA_INT_DP4A       0: integer products of decode steps (<= 4 rows) on the\n"
+      "                           tensor cores, not by dp4a (default 1; the same results)\n"
       "  WICK_CUDA_TILED_U4       0: 4-bit weights' prefill on the decode kernel's tiles (default "
       "1)\n"
       "  WICK_CUDA_X_STAGE        0: decode products read x from global memory, not staged in\n"

@@ -27,6 +27,20 @@ uint64_t quantize_launches(Run&& run) {
   return cuda::quantize_act_launches() - before;
 }
 
+// The fused q/k/v launch's RoPE and cache write: the batch a's positions
+// and slots into layer 0 of kv.
+cuda::RopeKv rope_kv_of(const BatchArgs& a, const Buffer& inv_freq, KvStore& kv, int64_t hd) {
+  cuda::RopeKv r;
+  r.pos = a.rope_pos;
+  r.slots = a.slots;
+  r.inv_freq = inv_freq.as<float>();
+  r.k_cache = kv.k_layer<void>(0);
+  r.v_cache = kv.v_layer<void>(0);
+  r.cache_f16 = kv.dtype == DType::F16;
+  r.head_dim = int(hd);
+  return r;
+}
+
 // ni's forms (ni.M rows of ni.n, both orders), byte for byte what
 // quantize_act makes of y.
 void expect_forms_quantize(Backend& be, const float* y, const cuda::NormInt& ni, cudaStream_t st,
@@ -165,14 +179,7 @@ TEST(CudaMatmulIntFused, LaunchesEqualSeparateProducts) {
       float* outs[3] = {q2.as<float>(), k2.as<float>(), v2.as<float>()};
       for (int j = 0; j < 3; ++j)
         jobs[j] = {static_cast<const cuda::GpuWeight*>(w[size_t(j)].aux), outs[j], nullptr};
-      cuda::RopeKv r;
-      r.pos = a.rope_pos;
-      r.slots = a.slots;
-      r.inv_freq = dinv.as<float>();
-      r.k_cache = fused_kv->k_layer<void>(0);
-      r.v_cache = fused_kv->v_layer<void>(0);
-      r.cache_f16 = fused_kv->dtype == DType::F16;
-      r.head_dim = int(hd);
+      const cuda::RopeKv r = rope_kv_of(a, dinv, *fused_kv, hd);
       Buffer xb = be->alloc(cuda::matmul_scratch_bytes(int(n_rows), jobs[0].w->k_pad));
       be->sync();
       cudaStream_t st = nullptr;
@@ -362,6 +369,100 @@ TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
     for (auto& wi : w) be->release_matrix(wi);
   }
   cuda::set_int_r128(r128_was);
+}
+
+// Integer products of decode steps by dp4a (set_int_dp4a, matmul_dp4a.cuh)
+// give the tensor cores' bits: 1 to 4 rows (and 5, past them: the mma
+// kernel either way), every kind of group and min (Q8_0; Q5_1's stored min;
+// Q6_K's and Q2_K's groups of 16; Q4_0's min 8 s; Q4_1's and Q4_K's stored
+// mins), plain, gate/up, and q/k/v with RoPE and the cache write in the
+// epilogue; the rule's slices and forced 4, 7 (slices of unequal chunk
+// counts) and 32 (256 threads a CTA); k of 2,048 and 1,600 (a part chunk).
+TEST(CudaMatmulIntDp4a, SameBitsAsMma) {
+  WICK_REQUIRE_GPU();
+  IntProducts on(true);
+  const bool dp4a_was = cuda::int_dp4a();
+  auto be = cuda_backend();
+  std::mt19937 rng(60);
+  const int64_t F = 1536, hd = 64, kv_dim = 2 * hd;
+  for (int64_t D : {2048, 1600})
+    for (DType t : {DType::Q8_0, DType::Q5_1, DType::Q6_K, DType::Q2_K, DType::Q4_0, DType::Q4_1,
+                    DType::Q4_K}) {
+      if (D % traits(t).block_size) continue;
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<Weight> w;
+      for (int64_t n_out : {D, F, F, kv_dim, kv_dim}) {  // o (and q), gate, up, k, v
+        bytes.push_back(random_weight(t, n_out, D, rng));
+        w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
+      }
+      const std::vector<float> inv = rope_inv_freq(hd);
+      Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
+      for (int64_t n_rows : {1, 2, 3, 4, 5})
+        for (int kw : {0, 4, 7, 32}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " D " + std::to_string(D) + " rows " +
+                       std::to_string(n_rows) + " kw " + std::to_string(kw));
+          auto x = randn(size_t(n_rows * D), rng);
+          Buffer dx = to_device(*be, x.data(), x.size() * 4);
+          Batch b;
+          b.block_tables = {{3, 1, 0, 2}};
+          for (int64_t i = 0; i < n_rows; ++i) b.add(1, int32_t(3 * i + 2), 0, false);
+          b.finish(16);
+          const BatchArgs a = be->upload(b);
+          // o, gate/up, and the fused q/k/v + RoPE + cache write, as bytes
+          auto products = [&](bool dp4a) {
+            cuda::set_int_dp4a(dp4a);
+            cuda::set_kw_force(kw);
+            Buffer o = be->alloc(size_t(n_rows * D) * 4), g = be->alloc(size_t(n_rows * F) * 4),
+                   u = be->alloc(size_t(n_rows * F) * 4);
+            be->matmul(w[0], dx.as<float>(), n_rows, o.as<float>());
+            be->matmul_gate_up(w[1], w[2], dx.as<float>(), n_rows, g.as<float>(), u.as<float>());
+            auto kv = be->make_kv(1, 4, 16, kv_dim);
+            const std::vector<uint8_t> zero(kv->layer_bytes(), 0);
+            be->copy_to_device(kv->k.data(), zero.data(), zero.size());
+            be->copy_to_device(kv->v.data(), zero.data(), zero.size());
+            Buffer q = be->alloc(size_t(n_rows * D) * 4),
+                   k = be->alloc(size_t(n_rows * kv_dim) * 4),
+                   v = be->alloc(size_t(n_rows * kv_dim) * 4);
+            cuda::MatmulJob jobs[3];
+            float* outs[3] = {q.as<float>(), k.as<float>(), v.as<float>()};
+            const int wi[3] = {0, 3, 4};
+            for (int j = 0; j < 3; ++j)
+              jobs[j] = {static_cast<const cuda::GpuWeight*>(w[size_t(wi[j])].aux), outs[j],
+                         nullptr};
+            const cuda::RopeKv r = rope_kv_of(a, dinv, *kv, hd);
+            Buffer xb = be->alloc(cuda::matmul_scratch_bytes(int(n_rows), jobs[0].w->k_pad));
+            be->sync();
+            cudaStream_t st = nullptr;
+            EXPECT_EQ(cudaStreamCreate(&st), cudaSuccess);
+            const bool fused =
+                cuda::matmul_qkv_rope_kv(jobs, dx.as<float>(), int(n_rows), r, xb.data(), st);
+            EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+            cudaStreamDestroy(st);
+            cuda::set_kw_force(0);
+            EXPECT_TRUE(fused);
+            std::vector<std::vector<uint8_t>> all;
+            for (const Buffer* buf : {&o, &g, &q, &k, &v})
+              all.push_back(to_host<uint8_t>(*be, *buf, buf->bytes()));
+            all.push_back(to_host<uint8_t>(*be, kv->k, kv->layer_bytes()));
+            all.push_back(to_host<uint8_t>(*be, kv->v, kv->layer_bytes()));
+            return all;
+          };
+          const auto by_dp4a = products(true), by_mma = products(false);
+          const char* names[] = {"o", "gate/up", "q", "k", "v", "k cache", "v cache"};
+          for (size_t i = 0; i < by_mma.size(); ++i) EXPECT_EQ(by_dp4a[i], by_mma[i]) << names[i];
+          // and right: o against the CPU
+          if (kw == 0) {
+            cuda::set_int_dp4a(true);
+            Buffer o = be->alloc(size_t(n_rows * D) * 4);
+            be->matmul(w[0], dx.as<float>(), n_rows, o.as<float>());
+            const ProductError e = product_error(Weight{t, D, D, bytes[0].data()}, x, n_rows,
+                                                 to_host<float>(*be, o, size_t(n_rows * D)));
+            EXPECT_LE(e.worst, 1e-4) << "row " << e.row << " col " << e.col;
+          }
+        }
+      for (auto& wi : w) be->release_matrix(wi);
+    }
+  cuda::set_int_dp4a(dp4a_was);
 }
 
 // A norm that also writes its output's integer form (NormInt): the same

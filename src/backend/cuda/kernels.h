@@ -153,6 +153,11 @@ int int_r128();
 // either way: for measuring and tests).
 void set_x_stage(bool on);
 bool x_stage();
+// Whether integer products of up to 4 rows (decode steps) take dp4a on the
+// CUDA cores (matmul_dp4a.cuh; WICK_CUDA_INT_DP4A, default 1) instead of the
+// tensor cores' mma: the same integer sums, so the same bits either way.
+void set_int_dp4a(bool on);
+bool int_dp4a();
 // Whether products of w take integer products: they need matmul()'s scratch
 // (xb) at every batch size then.
 bool int_path(const GpuWeight& w);

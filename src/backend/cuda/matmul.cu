@@ -27,6 +27,7 @@
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_common.cuh"
+#include "backend/cuda/matmul_dp4a.cuh"
 #include "backend/cuda/matmul_int.cuh"
 #include "backend/cuda/matmul_tiled.h"
 #include "backend/cuda/slices.h"
@@ -284,6 +285,61 @@ __device__ void gated_int_out(const Params& p, const float* y, int n0, int n_out
   }
 }
 
+// After the slices' tiles of sums are in red ([kw][NACC][16 MT][8 NT], then
+// ROPE's [16][8]): each element's sum over the slices in order, and what the
+// launch does with it (silu(gate) up, the bias, RoPE and the cache write,
+// the output's integer form, the norm). mm_body's and dp_kernel's.
+template <bool GATED, bool GROUPED, bool ROPE, bool NORM, int MT, int NT, int IG>
+__device__ __forceinline__ void mm_epilogue(const Params& p, int j, int tile, int n0, int m0, int M,
+                                            const GpuWeight& W, float* y, const float* bias,
+                                            float* red) {
+  constexpr int NACC = GATED ? 2 : 1, TC = 8 * NT, TILE = 16 * MT * TC;
+  __syncthreads();
+  float* res = red + p.kw * NACC * TILE;  // ROPE
+  for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+    const int r = m0 + i / TC;
+    int col = n0 + i % TC;
+    if constexpr (ROPE)
+      if (j < 2) col = rope_row(tile, i % TC, p.rope.head_dim);
+    if (r >= M || col >= W.n_out) continue;
+    float sum[NACC];
+#pragma unroll
+    for (int a = 0; a < NACC; ++a) {
+      sum[a] = red[a * TILE + i];
+      for (int w = 1; w < p.kw; ++w) sum[a] += red[(w * NACC + a) * TILE + i];
+    }
+    if constexpr (GATED) {
+      const float gv = sum[0];
+      y[size_t(r) * W.n_out + col] = gv / (1.f + expf(-gv)) * sum[NACC - 1];
+    } else {
+      if (bias) sum[0] += bias[col];
+      if constexpr (ROPE)
+        res[i] = sum[0];
+      else
+        y[size_t(r) * W.n_out + col] = sum[0];
+    }
+  }
+  if constexpr (ROPE) {
+    __syncthreads();
+    rope_kv_epilogue(p, j, tile, n0, W.n_out, M, res, y);
+  }
+  if constexpr (GATED && !GROUPED && IG != 0 && MT == 1 && NT == 1)
+    if (p.out_counters) gated_int_out(p, y, n0, W.n_out, M);
+  if constexpr (NORM) {  // the last CTA to finish takes the row's add and norm
+    __shared__ int last;
+    __threadfence();  // this CTA's y before its count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(p.norm.counter, 1) == int(gridDim.x * gridDim.y) - 1;
+      if (last) *p.norm.counter = 0;  // every CTA has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    add_rmsnorm_row(p.norm, y, W.n_out, red);
+  }
+}
+
 // IG (8- and 4-bit weights, WICK_CUDA_INT_MMA): integer products
 // (matmul_int.cuh) for weight groups of IG elements; 0: bf16 products.
 // XS: x staged in shared memory (above). The body of mm_kernel and mm_kernel_r128.
@@ -482,50 +538,7 @@ __device__ __forceinline__ void mm_body(const Params& p) {
         }
     }
   }
-  __syncthreads();
-  float* res = red + p.kw * NACC * TILE;  // ROPE
-  for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-    const int r = m0 + i / TC;
-    int col = n0 + i % TC;
-    if constexpr (ROPE)
-      if (j < 2) col = rope_row(tile, i % TC, p.rope.head_dim);
-    if (r >= M || col >= W.n_out) continue;
-    float sum[NACC];
-#pragma unroll
-    for (int a = 0; a < NACC; ++a) {
-      sum[a] = red[a * TILE + i];
-      for (int w = 1; w < p.kw; ++w) sum[a] += red[(w * NACC + a) * TILE + i];
-    }
-    if constexpr (GATED) {
-      const float gv = sum[0];
-      y[size_t(r) * W.n_out + col] = gv / (1.f + expf(-gv)) * sum[NACC - 1];
-    } else {
-      if (bias) sum[0] += bias[col];
-      if constexpr (ROPE)
-        res[i] = sum[0];
-      else
-        y[size_t(r) * W.n_out + col] = sum[0];
-    }
-  }
-  if constexpr (ROPE) {
-    __syncthreads();
-    rope_kv_epilogue(p, j, tile, n0, W.n_out, M, res, y);
-  }
-  if constexpr (GATED && !GROUPED && IG != 0 && MT == 1 && NT == 1)
-    if (p.out_counters) gated_int_out(p, y, n0, W.n_out, M);
-  if constexpr (NORM) {  // the last CTA to finish takes the row's add and norm
-    __shared__ int last;
-    __threadfence();  // this CTA's y before its count
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      last = atomicAdd(p.norm.counter, 1) == int(gridDim.x * gridDim.y) - 1;
-      if (last) *p.norm.counter = 0;  // every CTA has counted: ready for the next launch
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    add_rmsnorm_row(p.norm, y, W.n_out, red);
-  }
+  mm_epilogue<GATED, GROUPED, ROPE, NORM, MT, NT, IG>(p, j, tile, n0, m0, M, W, y, bias, red);
 }
 
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
@@ -545,6 +558,69 @@ template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bo
           int IG = 0>
 __global__ void __launch_bounds__(512, 1) mm_kernel_r128(const __grid_constant__ Params p) {
   mm_body<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG, false>(p);
+}
+
+// Integer products of up to kDpRows rows by dp4a (matmul_dp4a.cuh): thread
+// t takes row t % 8 of the CTA's 8-row tile and slices t / 8, t / 8 +
+// blockDim / 8, ... (threads past the launch's slices only stage x and take
+// part in the epilogue, which is mm_body's). The same bits as mm_kernel's
+// integer products.
+template <Fmt F, int IG, bool GATED, bool ROPE>
+__global__ void dp_kernel(const __grid_constant__ Params p) {
+  constexpr int NACC = GATED ? 2 : 1, TILE = 16 * 8, KC = k_chunk(F);
+  extern __shared__ float red[];  // [kw][NACC][16][8], then ROPE's [16][8] sums, then x's stage
+  allow_next_kernel();
+  int j = 0;
+  while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
+  const GpuWeight W = p.jobs[j].w, U = p.up;
+  const int M = p.M, tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * 8;
+  const int t = int(threadIdx.x), rc = t % 8, n_slots = int(blockDim.x) / 8;
+  int row = n0 + rc;
+  if constexpr (ROPE)
+    if (j < 2) row = rope_row(tile, rc, p.rope.head_dim);
+  const int n_chunks = p.k_pad / KC;
+  const bool has_min[2] = {W.min != nullptr, U.min != nullptr}, min8[2] = {W.min8, U.min8};
+  // a slice's chunks two at a time: one computed while the next is in flight
+  DpChunk<F, IG> buf[2][NACC];
+  auto fetch = [&](int ch, DpChunk<F, IG>(&b)[NACC]) {
+    dp_fetch<F, IG>(W, row, ch, b[0]);
+    if constexpr (GATED) dp_fetch<F, IG>(U, row, ch, b[NACC - 1]);
+  };
+  auto fetch_first = [&](int w) {
+#pragma unroll
+    for (int d = 0; d < 2; ++d)
+      if (w + d * p.kw < n_chunks) fetch(w + d * p.kw, buf[d]);
+  };
+  if (t / 8 < p.kw) fetch_first(t / 8);  // (the weights need nothing from the kernel before)
+  wait_for_previous_kernel();
+  const DpStage xs = stage_int_x<KC>(
+      p.xa, M, p.k_pad, reinterpret_cast<uint8_t*>(red + (p.kw * NACC + (ROPE ? 1 : 0)) * TILE));
+  for (int w = t / 8; w < p.kw; w += n_slots) {
+    if (w != t / 8) fetch_first(w);
+    float acc[NACC][kDpRows];
+#pragma unroll
+    for (int a = 0; a < NACC; ++a)
+#pragma unroll
+      for (int m = 0; m < kDpRows; ++m) acc[a][m] = 0.f;
+    for (int base = w; base < n_chunks; base += 2 * p.kw) {
+#pragma unroll
+      for (int d = 0; d < 2; ++d) {
+        const int ch = base + d * p.kw;
+        if (ch >= n_chunks) break;
+#pragma unroll
+        for (int a = 0; a < NACC; ++a)
+          dp_chunk<F, IG>(xs, M, ch, buf[d][a], has_min[a], min8[a], acc[a]);
+        if (ch + 2 * p.kw < n_chunks) fetch(ch + 2 * p.kw, buf[d]);
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < NACC; ++a)
+#pragma unroll
+      for (int m = 0; m < kDpRows; ++m)
+        if (m < M) red[(w * NACC + a) * TILE + m * 8 + rc] = acc[a][m];
+  }
+  mm_epilogue<GATED, false, ROPE, false, 1, 1, IG>(
+      p, j, tile, n0, 0, M, W, GATED ? p.y_gated : p.jobs[j].y, p.jobs[j].bias, red);
 }
 
 // A positive integer from the environment (unset: fallback), or one of
@@ -720,6 +796,18 @@ void launch_kernel(Params& p, int n_tiles_x, int n_tiles_y, size_t smem, cudaStr
                p);
 }
 
+// dp_kernel: 8 threads a slice (whole warps; 128 threads at least for the
+// RoPE epilogue, one element a thread).
+constexpr size_t kMaxDpStage = 64 * 1024;  // x's integer form: 1 row up to k ~24,000, 4 ~6,000
+template <Fmt F, int IG, bool GATED, bool ROPE>
+void launch_dp(Params& p, int n_tiles_x, size_t smem, cudaStream_t st) {
+  constexpr auto kKernel = dp_kernel<F, IG, GATED, ROPE>;
+  max_warps_of<kKernel>();  // (its shared memory allowance)
+  const int n_threads = std::max(8 * p.kw, ROPE ? 128 : 32);
+  launch_early(kKernel, dim3(unsigned(n_tiles_x)), dim3(unsigned(ceil_div(n_threads, 32) * 32)),
+               smem, st, p);
+}
+
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
           int IG = 0>
 void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
@@ -739,6 +827,13 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
           p, n_tiles_x, n_tiles_y, smem + xs, st);
     }
   }
+  // integer products of up to kDpRows rows by dp4a, where x's stage fits
+  if constexpr (IG != 0 && MT == 1 && NT == 1 && !GROUPED && !NORM)
+    if (int_dp4a() && p.M <= kDpRows) {
+      const size_t stage = dp_stage_bytes(k_chunk(F), p.M, p.k_pad);
+      if (stage <= kMaxDpStage && smem + stage <= kMaxSmem)
+        return launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st);
+    }
   // integer products' 8-bit decode kernels at 128 registers (mm_kernel_r128)
   if constexpr (IG != 0 && F == Fmt::I8 && MT == 1 && NT == 1 && !GROUPED)
     if (int_r128() >= (GATED ? 2 : 1))
@@ -960,6 +1055,7 @@ std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
 std::atomic<int> g_tiled_u4{-1};  // -1: WICK_CUDA_TILED_U4 not read yet
 std::atomic<int> g_int_r128{-1};  // -1: WICK_CUDA_INT_R128 not read yet
 std::atomic<int> g_x_stage{-1};   // -1: WICK_CUDA_X_STAGE not read yet
+std::atomic<int> g_int_dp4a{-1};  // -1: WICK_CUDA_INT_DP4A not read yet
 
 // A switch read from `name` on first use (unless a setter came first).
 bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
@@ -1127,6 +1223,14 @@ bool x_stage() {
 
 void set_x_stage(bool on) {
   g_x_stage = on ? 1 : 0;
+}
+
+bool int_dp4a() {
+  return env_switch(g_int_dp4a, "WICK_CUDA_INT_DP4A", true);
+}
+
+void set_int_dp4a(bool on) {
+  g_int_dp4a = on ? 1 : 0;
 }
 
 bool int_path(const GpuWeight& w) {
