@@ -799,13 +799,14 @@ void launch_kernel(Params& p, int n_tiles_x, int n_tiles_y, size_t smem, cudaStr
 // dp_kernel: 8 threads a slice (whole warps; 128 threads at least for the
 // RoPE epilogue, one element a thread).
 constexpr size_t kMaxDpStage = 64 * 1024;  // x's integer form: 1 row up to k ~24,000, 4 ~6,000
+// False where its registers do not allow the threads (the mma kernel then).
 template <Fmt F, int IG, bool GATED, bool ROPE>
-void launch_dp(Params& p, int n_tiles_x, size_t smem, cudaStream_t st) {
+bool launch_dp(Params& p, int n_tiles_x, size_t smem, cudaStream_t st) {
   constexpr auto kKernel = dp_kernel<F, IG, GATED, ROPE>;
-  max_warps_of<kKernel>();  // (its shared memory allowance)
-  const int n_threads = std::max(8 * p.kw, ROPE ? 128 : 32);
-  launch_early(kKernel, dim3(unsigned(n_tiles_x)), dim3(unsigned(ceil_div(n_threads, 32) * 32)),
-               smem, st, p);
+  const int n_warps = ceil_div(std::max(8 * p.kw, ROPE ? 128 : 32), 32);
+  if (n_warps > max_warps_of<kKernel>()) return false;  // (also sets its shared memory allowance)
+  launch_early(kKernel, dim3(unsigned(n_tiles_x)), dim3(unsigned(32 * n_warps)), smem, st, p);
+  return true;
 }
 
 template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bool NORM = false,
@@ -831,8 +832,9 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   if constexpr (IG != 0 && MT == 1 && NT == 1 && !GROUPED && !NORM)
     if (int_dp4a() && p.M <= kDpRows) {
       const size_t stage = dp_stage_bytes(k_chunk(F), p.M, p.k_pad);
-      if (stage <= kMaxDpStage && smem + stage <= kMaxSmem)
-        return launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st);
+      if (stage <= kMaxDpStage && smem + stage <= kMaxSmem &&
+          launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st))
+        return;
     }
   // integer products' 8-bit decode kernels at 128 registers (mm_kernel_r128)
   if constexpr (IG != 0 && F == Fmt::I8 && MT == 1 && NT == 1 && !GROUPED)
