@@ -50,7 +50,7 @@ def stored_pos(e, nibbles):
     return (e & ~7) + (w & 1) * 4 + (w >> 1) if nibbles else e
 
 
-def run(fmt, G, has_min, min8, M, n_in, n_out, kw):
+def run(fmt, G, has_min, min8, M, n_in, n_out, kw, NT=1):
     nib = fmt == 'U4'
     E = 32 if nib else 16
     KC = 4 * E
@@ -111,14 +111,15 @@ def run(fmt, G, has_min, min8, M, n_in, n_out, kw):
     stage_d = xd.reshape(-1)
     stage_s = xs.reshape(-1)
     got = np.zeros((M, n_out), f32)
-    n_threads = max(8 * kw, 32)
+    TC = 8 * NT  # rows a CTA (NT 8-row tiles)
+    n_threads = max(TC * kw, 32)
     n_threads = (n_threads + 31) // 32 * 32
-    for tile in range((n_out + 7) // 8):
-        red = np.zeros((kw, 16, 8), f32)
+    for tile in range((n_out + TC - 1) // TC):
+        red = np.zeros((kw, 16, TC), f32)
         for t in range(n_threads):
-            rc = t % 8
-            row = tile * 8 + rc
-            for w in range(t // 8, kw, n_threads // 8):
+            rc = t % TC
+            row = tile * TC + rc
+            for w in range(t // TC, kw, n_threads // TC):
                 acc = [f32(0)] * 4
                 for ch in range(w, n_chunks, kw):
                     # dp_fetch: 64 bytes of the row, the chunk's NG scales (mins)
@@ -159,8 +160,8 @@ def run(fmt, G, has_min, min8, M, n_in, n_out, kw):
                     red[w, m, rc] = acc[m]
         # mm_epilogue: the slices in order
         for m in range(M):
-            for rc in range(8):
-                col = tile * 8 + rc
+            for rc in range(TC):
+                col = tile * TC + rc
                 if col >= n_out:
                     continue
                 tot = red[0, m, rc]
@@ -175,7 +176,7 @@ def run(fmt, G, has_min, min8, M, n_in, n_out, kw):
     worst = max(abs(float(got[m, o]) - wdeq[o] @ xhat[m]) / np.abs(wdeq[o] * xhat[m]).sum()
                 for m in range(M) for o in range(n_out))
     kind = 'min8' if min8 else 'min' if has_min else ''
-    print(f'{fmt} G{G} {kind:4} M {M} n_in {n_in} n_out {n_out} kw {kw}: '
+    print(f'{fmt} G{G} {kind:4} M {M} n_in {n_in} n_out {n_out} kw {kw} NT {NT}: '
           f'bits {"equal" if same else "DIFFER"}, worst vs float64 {worst:.2e}')
     assert same, 'the kernel replay differs from int_chunk\'s sums'
     assert worst < 1e-5, worst
@@ -189,3 +190,5 @@ if __name__ == '__main__':
     run('U4', 32, False, True, M=1, n_in=512, n_out=11, kw=4)        # Q4_0
     run('U4', 32, True, False, M=4, n_in=384, n_out=8, kw=4)         # Q4_1, Q4_K
     run('U4', 32, False, True, M=3, n_in=200, n_out=5, kw=7)         # Q4_0, kw past the chunks
+    run('I8', 32, False, False, M=2, n_in=256, n_out=45, kw=4, NT=4)  # a tall one's CTAs of 4 tiles
+    run('U4', 32, True, False, M=1, n_in=256, n_out=40, kw=5, NT=4)

@@ -376,8 +376,9 @@ TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
 // kernel either way), every kind of group and min (Q8_0; Q5_1's stored min;
 // Q6_K's and Q2_K's groups of 16; Q4_0's min 8 s; Q4_1's and Q4_K's stored
 // mins), plain, gate/up, and q/k/v with RoPE and the cache write in the
-// epilogue; the rule's slices and forced 4, 7 (slices of unequal chunk
-// counts) and 32 (256 threads a CTA); k of 2,048 and 1,600 (a part chunk).
+// epilogue, and a tall product (8,200 rows: CTAs of 4 tiles, the last one
+// part past the rows, as the output head); the rule's slices and forced 4, 7 (slices of unequal
+// chunk counts) and 32 (256 threads a CTA); k of 2,048 and 1,600 (a part chunk).
 TEST(CudaMatmulIntDp4a, SameBitsAsMma) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
@@ -391,7 +392,8 @@ TEST(CudaMatmulIntDp4a, SameBitsAsMma) {
       if (D % traits(t).block_size) continue;
       std::vector<std::vector<uint8_t>> bytes;
       std::vector<Weight> w;
-      for (int64_t n_out : {D, F, F, kv_dim, kv_dim}) {  // o (and q), gate, up, k, v
+      for (int64_t n_out :
+           {D, F, F, kv_dim, kv_dim, int64_t(8200)}) {  // o (q), gate, up, k, v, head
         bytes.push_back(random_weight(t, n_out, D, rng));
         w.push_back(be->prepare_matrix(Weight{t, n_out, D, bytes.back().data()}));
       }
@@ -413,8 +415,9 @@ TEST(CudaMatmulIntDp4a, SameBitsAsMma) {
             cuda::set_int_dp4a(dp4a);
             cuda::set_kw_force(kw);
             Buffer o = be->alloc(size_t(n_rows * D) * 4), g = be->alloc(size_t(n_rows * F) * 4),
-                   u = be->alloc(size_t(n_rows * F) * 4);
+                   u = be->alloc(size_t(n_rows * F) * 4), h = be->alloc(size_t(n_rows * 8200) * 4);
             be->matmul(w[0], dx.as<float>(), n_rows, o.as<float>());
+            be->matmul(w[5], dx.as<float>(), n_rows, h.as<float>());
             be->matmul_gate_up(w[1], w[2], dx.as<float>(), n_rows, g.as<float>(), u.as<float>());
             auto kv = be->make_kv(1, 4, 16, kv_dim);
             const std::vector<uint8_t> zero(kv->layer_bytes(), 0);
@@ -441,14 +444,14 @@ TEST(CudaMatmulIntDp4a, SameBitsAsMma) {
             cuda::set_kw_force(0);
             EXPECT_TRUE(fused);
             std::vector<std::vector<uint8_t>> all;
-            for (const Buffer* buf : {&o, &g, &q, &k, &v})
+            for (const Buffer* buf : {&o, &g, &q, &k, &v, &h})
               all.push_back(to_host<uint8_t>(*be, *buf, buf->bytes()));
             all.push_back(to_host<uint8_t>(*be, kv->k, kv->layer_bytes()));
             all.push_back(to_host<uint8_t>(*be, kv->v, kv->layer_bytes()));
             return all;
           };
           const auto by_dp4a = products(true), by_mma = products(false);
-          const char* names[] = {"o", "gate/up", "q", "k", "v", "k cache", "v cache"};
+          const char* names[] = {"o", "gate/up", "q", "k", "v", "head", "k cache", "v cache"};
           for (size_t i = 0; i < by_mma.size(); ++i) EXPECT_EQ(by_dp4a[i], by_mma[i]) << names[i];
           // and right: o against the CPU
           if (kw == 0) {

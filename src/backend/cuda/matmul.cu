@@ -561,20 +561,21 @@ __global__ void __launch_bounds__(512, 1) mm_kernel_r128(const __grid_constant__
 }
 
 // Integer products of up to kDpRows rows by dp4a (matmul_dp4a.cuh): thread
-// t takes row t % 8 of the CTA's 8-row tile and slices t / 8, t / 8 +
-// blockDim / 8, ... (threads past the launch's slices only stage x and take
-// part in the epilogue, which is mm_body's). The same bits as mm_kernel's
-// integer products.
-template <Fmt F, int IG, bool GATED, bool ROPE>
+// t takes row t % TC of the CTA's NT 8-row tiles (TC rows) and slices t / TC,
+// t / TC + blockDim / TC, ... (threads past the launch's slices only stage x
+// and take part in the epilogue, which is mm_body's). The same bits as
+// mm_kernel's integer products (a tile shape never changes the order).
+template <Fmt F, int IG, bool GATED, bool ROPE, int NT = 1>
 __global__ void dp_kernel(const __grid_constant__ Params p) {
-  constexpr int NACC = GATED ? 2 : 1, TILE = 16 * 8, KC = k_chunk(F);
-  extern __shared__ float red[];  // [kw][NACC][16][8], then ROPE's [16][8] sums, then x's stage
+  static_assert(NT == 1 || (!GATED && !ROPE), "NT: plain products");
+  constexpr int NACC = GATED ? 2 : 1, TC = 8 * NT, TILE = 16 * TC, KC = k_chunk(F);
+  extern __shared__ float red[];  // [kw][NACC][16][TC], then ROPE's [16][8] sums, then x's stage
   allow_next_kernel();
   int j = 0;
   while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
   const GpuWeight W = p.jobs[j].w, U = p.up;
-  const int M = p.M, tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * 8;
-  const int t = int(threadIdx.x), rc = t % 8, n_slots = int(blockDim.x) / 8;
+  const int M = p.M, tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * TC;
+  const int t = int(threadIdx.x), rc = t % TC, n_slots = int(blockDim.x) / TC;
   int row = n0 + rc;
   if constexpr (ROPE)
     if (j < 2) row = rope_row(tile, rc, p.rope.head_dim);
@@ -591,12 +592,12 @@ __global__ void dp_kernel(const __grid_constant__ Params p) {
     for (int d = 0; d < 2; ++d)
       if (w + d * p.kw < n_chunks) fetch(w + d * p.kw, buf[d]);
   };
-  if (t / 8 < p.kw) fetch_first(t / 8);  // (the weights need nothing from the kernel before)
+  if (t / TC < p.kw) fetch_first(t / TC);  // (the weights need nothing from the kernel before)
   wait_for_previous_kernel();
   const DpStage xs = stage_int_x<KC>(
       p.xa, M, p.k_pad, reinterpret_cast<uint8_t*>(red + (p.kw * NACC + (ROPE ? 1 : 0)) * TILE));
-  for (int w = t / 8; w < p.kw; w += n_slots) {
-    if (w != t / 8) fetch_first(w);
+  for (int w = t / TC; w < p.kw; w += n_slots) {
+    if (w != t / TC) fetch_first(w);
     float acc[NACC][kDpRows];
 #pragma unroll
     for (int a = 0; a < NACC; ++a)
@@ -617,9 +618,9 @@ __global__ void dp_kernel(const __grid_constant__ Params p) {
     for (int a = 0; a < NACC; ++a)
 #pragma unroll
       for (int m = 0; m < kDpRows; ++m)
-        if (m < M) red[(w * NACC + a) * TILE + m * 8 + rc] = acc[a][m];
+        if (m < M) red[(w * NACC + a) * TILE + m * TC + rc] = acc[a][m];
   }
-  mm_epilogue<GATED, false, ROPE, false, 1, 1, IG>(
+  mm_epilogue<GATED, false, ROPE, false, 1, NT, IG>(
       p, j, tile, n0, 0, M, W, GATED ? p.y_gated : p.jobs[j].y, p.jobs[j].bias, red);
 }
 
@@ -796,14 +797,16 @@ void launch_kernel(Params& p, int n_tiles_x, int n_tiles_y, size_t smem, cudaStr
                p);
 }
 
-// dp_kernel: 8 threads a slice (whole warps; 128 threads at least for the
-// RoPE epilogue, one element a thread).
+int decode_tall_rows();
+
+// dp_kernel: a thread a row of the CTA's NT tiles and a slice (whole warps;
+// 128 threads at least for the RoPE epilogue, one element a thread).
 constexpr size_t kMaxDpStage = 64 * 1024;  // x's integer form: 1 row up to k ~24,000, 4 ~6,000
 // False where its registers do not allow the threads (the mma kernel then).
-template <Fmt F, int IG, bool GATED, bool ROPE>
+template <Fmt F, int IG, bool GATED, bool ROPE, int NT = 1>
 bool launch_dp(Params& p, int n_tiles_x, size_t smem, cudaStream_t st) {
-  constexpr auto kKernel = dp_kernel<F, IG, GATED, ROPE>;
-  const int n_warps = ceil_div(std::max(8 * p.kw, ROPE ? 128 : 32), 32);
+  constexpr auto kKernel = dp_kernel<F, IG, GATED, ROPE, NT>;
+  const int n_warps = ceil_div(std::max(8 * NT * p.kw, ROPE ? 128 : 32), 32);
   if (n_warps > max_warps_of<kKernel>()) return false;  // (also sets its shared memory allowance)
   launch_early(kKernel, dim3(unsigned(n_tiles_x)), dim3(unsigned(32 * n_warps)), smem, st, p);
   return true;
@@ -832,6 +835,24 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   if constexpr (IG != 0 && MT == 1 && NT == 1 && !GROUPED && !NORM)
     if (int_dp4a() && p.M <= kDpRows) {
       const size_t stage = dp_stage_bytes(k_chunk(F), p.M, p.k_pad);
+      // tall plain products (the output head) in CTAs of 4 tiles: a quarter
+      // of the CTAs to start and to stage x, whose bytes are then a sixth of
+      // the weights' instead of a third at k = 2,048 (a warp a slice, one
+      // x load for all its threads)
+      if constexpr (!GATED && !ROPE) {
+        int n_rows = 0;
+        for (int j = 0; j < p.n_jobs; ++j) n_rows += p.jobs[j].w.n_out;
+        const size_t smem4 = mm_smem(p.kw, 1, 4, false, false) + stage;
+        if (n_rows >= decode_tall_rows() && stage <= kMaxDpStage && smem4 <= kMaxSmem) {
+          Params p4 = p;
+          int n_tiles = 0;
+          for (int j = 0; j < p4.n_jobs; ++j) {
+            p4.jobs[j].tile_start = n_tiles;
+            n_tiles += ceil_div(p4.jobs[j].w.n_out, 32);
+          }
+          if (launch_dp<F, IG, false, false, 4>(p4, n_tiles, smem4, st)) return;
+        }
+      }
       if (stage <= kMaxDpStage && smem + stage <= kMaxSmem &&
           launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st))
         return;
