@@ -10,12 +10,13 @@
 // term right after its group's). The slices' sums and all that follows are
 // mm_body's epilogue (matmul.cu), from the same tile of sums.
 //
-// Thread t of a CTA takes row t % 8 of the CTA's 8-row tile and the slices
-// t / 8, t / 8 + n_threads / 8, ...; it loads a whole chunk of its row (64
-// bytes: 4 16-byte loads, a chunk ahead) and reads x from a shared-memory
-// stage of x's integer form (rows 0..M-1, M <= kDpRows), where the 8 threads
-// of a slice read the same bytes and the slices of a warp, one chunk apart,
-// fall on different banks (a 16-byte skew per chunk).
+// Thread t of a CTA takes row t % TC of the CTA's TC rows (8, or 32 for tall
+// products) and the slices t / TC, t / TC + n_threads / TC, ...; it loads a
+// whole chunk of its row (64 bytes: 4 16-byte loads, a chunk ahead) and
+// reads x from a shared-memory stage of x's integer form (rows 0..M-1, M <=
+// kDpRows), where the threads of a slice read the same bytes and the slices
+// of a warp, one chunk apart, fall on different banks (a 16-byte skew per
+// chunk).
 // scripts/emulate_int_dp4a.py replays it on the CPU against int_chunk's sums.
 #pragma once
 
