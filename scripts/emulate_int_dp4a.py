@@ -119,7 +119,8 @@ def run(fmt, G, has_min, min8, M, n_in, n_out, kw, NT=1):
         for t in range(n_threads):
             rc = t % TC
             row = tile * TC + rc
-            for w in range(t // TC, kw, n_threads // TC):
+            w = t // TC  # the thread's slice (a thread a row and slice; those past kw idle)
+            if w < kw:
                 acc = [f32(0)] * 4
                 for ch in range(w, n_chunks, kw):
                     # dp_fetch: 64 bytes of the row, the chunk's NG scales (mins)

@@ -561,10 +561,10 @@ __global__ void __launch_bounds__(512, 1) mm_kernel_r128(const __grid_constant__
 }
 
 // Integer products of up to kDpRows rows by dp4a (matmul_dp4a.cuh): thread
-// t takes row t % TC of the CTA's NT 8-row tiles (TC rows) and slices t / TC,
-// t / TC + blockDim / TC, ... (threads past the launch's slices only stage x
-// and take part in the epilogue, which is mm_body's). The same bits as
-// mm_kernel's integer products (a tile shape never changes the order).
+// t takes row t % TC of the CTA's NT 8-row tiles (TC rows) and slice t / TC
+// (the launch has a thread for each; those past kw only stage x and take
+// part in the epilogue, which is mm_body's). The same bits as mm_kernel's
+// integer products (a tile shape never changes the order).
 template <Fmt F, int IG, bool GATED, bool ROPE, int NT = 1>
 __global__ void dp_kernel(const __grid_constant__ Params p) {
   static_assert(NT == 1 || (!GATED && !ROPE), "NT: plain products");
@@ -575,29 +575,27 @@ __global__ void dp_kernel(const __grid_constant__ Params p) {
   while (j + 1 < p.n_jobs && int(blockIdx.x) >= p.jobs[j + 1].tile_start) ++j;
   const GpuWeight W = p.jobs[j].w, U = p.up;
   const int M = p.M, tile = int(blockIdx.x) - p.jobs[j].tile_start, n0 = tile * TC;
-  const int t = int(threadIdx.x), rc = t % TC, n_slots = int(blockDim.x) / TC;
+  const int t = int(threadIdx.x), rc = t % TC, w = t / TC;  // row in the tile, slice
   int row = n0 + rc;
   if constexpr (ROPE)
     if (j < 2) row = rope_row(tile, rc, p.rope.head_dim);
   const int n_chunks = p.k_pad / KC;
   const bool has_min[2] = {W.min != nullptr, U.min != nullptr}, min8[2] = {W.min8, U.min8};
-  // a slice's chunks two at a time: one computed while the next is in flight
+  // the slice's chunks two at a time: one computed while the next is in flight
   DpChunk<F, IG> buf[2][NACC];
   auto fetch = [&](int ch, DpChunk<F, IG>(&b)[NACC]) {
     dp_fetch<F, IG>(W, row, ch, b[0]);
     if constexpr (GATED) dp_fetch<F, IG>(U, row, ch, b[NACC - 1]);
   };
-  auto fetch_first = [&](int w) {
+  if (w < p.kw) {  // (the weights need nothing from the kernel before)
 #pragma unroll
     for (int d = 0; d < 2; ++d)
       if (w + d * p.kw < n_chunks) fetch(w + d * p.kw, buf[d]);
-  };
-  if (t / TC < p.kw) fetch_first(t / TC);  // (the weights need nothing from the kernel before)
+  }
   wait_for_previous_kernel();
   const DpStage xs = stage_int_x<KC>(
       p.xa, M, p.k_pad, reinterpret_cast<uint8_t*>(red + (p.kw * NACC + (ROPE ? 1 : 0)) * TILE));
-  for (int w = t / TC; w < p.kw; w += n_slots) {
-    if (w != t / TC) fetch_first(w);
+  if (w < p.kw) {
     float acc[NACC][kDpRows];
 #pragma unroll
     for (int a = 0; a < NACC; ++a)

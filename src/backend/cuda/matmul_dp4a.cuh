@@ -11,7 +11,7 @@
 // mm_body's epilogue (matmul.cu), from the same tile of sums.
 //
 // Thread t of a CTA takes row t % TC of the CTA's TC rows (8, or 32 for tall
-// products) and the slices t / TC, t / TC + n_threads / TC, ...; it loads a
+// products) and slice t / TC (a thread for each row and slice); it loads a
 // whole chunk of its row (64 bytes: 4 16-byte loads, a chunk ahead) and
 // reads x from a shared-memory stage of x's integer form (rows 0..M-1, M <=
 // kDpRows), where the threads of a slice read the same bytes and the slices
