@@ -797,6 +797,17 @@ void launch_kernel(Params& p, int n_tiles_x, int n_tiles_y, size_t smem, cudaStr
 
 int decode_tall_rows();
 
+// Each job's first tile in grid.x for tiles of 8 nt weight rows; the tiles
+// of all the jobs.
+int set_tile_starts(Params& p, int nt) {
+  int total = 0;
+  for (int j = 0; j < p.n_jobs; ++j) {
+    p.jobs[j].tile_start = total;
+    total += ceil_div(p.jobs[j].w.n_out, 8 * nt);
+  }
+  return total;
+}
+
 // dp_kernel: a thread a row of the CTA's NT tiles and a slice (whole warps;
 // 128 threads at least for the RoPE epilogue, one element a thread).
 constexpr size_t kMaxDpStage = 64 * 1024;  // x's integer form: 1 row up to k ~24,000, 4 ~6,000
@@ -831,8 +842,8 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   }
   // integer products of up to kDpRows rows by dp4a, where x's stage fits
   if constexpr (IG != 0 && MT == 1 && NT == 1 && !GROUPED && !NORM)
-    if (int_dp4a() && p.M <= kDpRows) {
-      const size_t stage = dp_stage_bytes(k_chunk(F), p.M, p.k_pad);
+    if (const size_t stage = dp_stage_bytes(k_chunk(F), p.M, p.k_pad);
+        int_dp4a() && p.M <= kDpRows && stage <= kMaxDpStage) {
       // tall plain products (the output head) in CTAs of 4 tiles: a quarter
       // of the CTAs to start and to stage x, whose bytes are then a sixth of
       // the weights' instead of a third at k = 2,048 (a warp a slice, one
@@ -841,18 +852,12 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
         int n_rows = 0;
         for (int j = 0; j < p.n_jobs; ++j) n_rows += p.jobs[j].w.n_out;
         const size_t smem4 = mm_smem(p.kw, 1, 4, false, false) + stage;
-        if (n_rows >= decode_tall_rows() && stage <= kMaxDpStage && smem4 <= kMaxSmem) {
+        if (n_rows >= decode_tall_rows() && smem4 <= kMaxSmem) {
           Params p4 = p;
-          int n_tiles = 0;
-          for (int j = 0; j < p4.n_jobs; ++j) {
-            p4.jobs[j].tile_start = n_tiles;
-            n_tiles += ceil_div(p4.jobs[j].w.n_out, 32);
-          }
-          if (launch_dp<F, IG, false, false, 4>(p4, n_tiles, smem4, st)) return;
+          if (launch_dp<F, IG, false, false, 4>(p4, set_tile_starts(p4, 4), smem4, st)) return;
         }
       }
-      if (stage <= kMaxDpStage && smem + stage <= kMaxSmem &&
-          launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st))
+      if (smem + stage <= kMaxSmem && launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st))
         return;
     }
   // integer products' 8-bit decode kernels at 128 registers (mm_kernel_r128)
@@ -917,14 +922,7 @@ void dispatch_int(Params& p, Tiles tiles, int n_tiles_y, cudaStream_t st) {
 // caller's tile list was cut at rows_per_tile(M) rows.
 template <Fmt F, bool GATED, bool GROUPED>
 void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
-  auto tiles = [&](int nt) {
-    int total = 0;
-    for (int j = 0; j < p.n_jobs; ++j) {
-      p.jobs[j].tile_start = total;
-      total += ceil_div(p.jobs[j].w.n_out, 8 * nt);
-    }
-    return total;
-  };
+  auto tiles = [&](int nt) { return set_tile_starts(p, nt); };
   auto ty = [&](int mt) { return GROUPED ? n_tiles_y : ceil_div(p.M, 16 * mt); };
   if constexpr (F == Fmt::I8 || F == Fmt::U4) {
     if (p.xa.q) {

@@ -46,7 +46,7 @@ struct DpStage {
   const uint8_t* q;
   const float* d;
   const int* s;
-  int row_bytes, k_pad;
+  int k_pad;
 };
 
 // Rows 0..M-1 of x's integer form (rows k_pad apart in xa) into the stage,
@@ -70,8 +70,7 @@ __device__ DpStage stage_int_x(const IntAct& xa, int M, int k_pad, uint8_t* smem
     *dst(i0) = a;
     if (i1 < n_q) *dst(i1) = b;
   }
-  const int row_bytes = int(dp_row_bytes(KC, k_pad));
-  float* d = reinterpret_cast<float*>(smem + size_t(M) * row_bytes);
+  float* d = reinterpret_cast<float*>(smem + size_t(M) * dp_row_bytes(KC, k_pad));
   int* s = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(d) +
                                   dp_align16(size_t(M) * size_t(k_pad / 32) * 4));
   const int n_d = M * (k_pad / 32), n_s = M * (k_pad / 16);
@@ -82,7 +81,7 @@ __device__ DpStage stage_int_x(const IntAct& xa, int M, int k_pad, uint8_t* smem
       s[i - n_d] = __ldg(xa.s + (i - n_d));
   }
   __syncthreads();
-  return DpStage{smem, d, s, row_bytes, k_pad};
+  return DpStage{smem, d, s, k_pad};
 }
 
 // A chunk of one weight row as a thread holds it: its 16 words of levels
@@ -134,8 +133,8 @@ __device__ __forceinline__ void dp_chunk(const DpStage& xs, int M, int ch, const
     // the chunk's levels of row m: per 4 stored elements their q1 bytes,
     // then their q2 bytes; 4-bit weights' x in each 8 the even elements,
     // then the odd ones, as the weights' low and high nibbles
-    const uint4* xq =
-        reinterpret_cast<const uint4*>(xs.q + m * xs.row_bytes + ch * dp_chunk_bytes(KC));
+    const uint4* xq = reinterpret_cast<const uint4*>(xs.q + m * dp_row_bytes(KC, xs.k_pad) +
+                                                     ch * dp_chunk_bytes(KC));
     const float* dx = xs.d + m * (xs.k_pad / 32) + ch * (KC / 32);
     const int* s16 = xs.s + m * (xs.k_pad / 16) + ch * (KC / 16);
 #pragma unroll
