@@ -256,15 +256,18 @@ __device__ __forceinline__ void int_tiles(const IntAct& xa, int k_pad, int M, in
   }
 }
 
-// N consecutive values from p (aligned to their size), as a vector load.
-template <int N, typename T>
+// N consecutive values from p (aligned to their size), as a vector load:
+// global memory (read-only during the kernel), or a shared-memory stage (SMEM).
+template <int N, bool SMEM = false, typename T>
 __device__ __forceinline__ void load_n(const T* p, T (&v)[N]) {
   static_assert(sizeof(T) == 4 && (N == 2 || N == 4), "two or four words");
   if constexpr (N == 2) {
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    const uint2 u =
+        SMEM ? *reinterpret_cast<const uint2*>(p) : __ldg(reinterpret_cast<const uint2*>(p));
     memcpy(&v[0], &u.x, 4), memcpy(&v[1], &u.y, 4);
   } else {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint4 u =
+        SMEM ? *reinterpret_cast<const uint4*>(p) : __ldg(reinterpret_cast<const uint4*>(p));
     memcpy(&v[0], &u.x, 4), memcpy(&v[1], &u.y, 4), memcpy(&v[2], &u.z, 4), memcpy(&v[3], &u.w, 4);
   }
 }
@@ -287,7 +290,8 @@ __device__ __forceinline__ uint2 load_x8(const uint8_t* p) {
 // (int_fragments of the lane's 16 bytes); rows8[mt]: whether any of tile
 // mt's rows 8-15 is below M. x's bytes come from xr[mt].q at chunk a_ch
 // (the decode kernel: ch, from global memory; the tiled kernel: 0, its
-// shared-memory stage of the chunk, SMEM), its scales and sums at ch.
+// shared-memory stage of the chunk, SMEM), its scales and sums at ch, and
+// the weights' scales and mins from cols at ch (SMEM: the stage, ch 0).
 template <Fmt F, int IG, int MT, int NT, int NACC, bool SMEM = false>
 __device__ __forceinline__ void int_chunk(
     const IntRows (&xr)[MT], int a_ch, const bool (&rows8)[MT], const IntCols<NACC, NT>& cols,
@@ -314,10 +318,10 @@ __device__ __forceinline__ void int_chunk(
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int at = cols.off[nt][j] + ch * NG;
-        load_n<NG>(cols.scale[a] + at, sc[a][nt][j]);
+        load_n<NG, SMEM>(cols.scale[a] + at, sc[a][nt][j]);
 #pragma unroll
         for (int q = 0; q < NG; ++q) mn[a][nt][j][q] = 0.f;
-        if (has_min[a]) load_n<NG>(cols.min[a] + at, mn[a][nt][j]);
+        if (has_min[a]) load_n<NG, SMEM>(cols.min[a] + at, mn[a][nt][j]);
       }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -331,11 +335,11 @@ __device__ __forceinline__ void int_chunk(
 #pragma unroll
       for (int i = 0; i < 2 * N32; ++i) s16[h][i] = 0;
       if (h == 1 && !rows8[mt]) break;
-      load_n<N32>(xr[mt].d[h] + ch * N32, dx[h]);
+      load_n<N32, SMEM>(xr[mt].d[h] + ch * N32, dx[h]);
       if (any_min) {
 #pragma unroll
         for (int i = 0; i < 2 * N32; i += 4)
-          load_n<4>(xr[mt].s[h] + ch * 2 * N32 + i, *reinterpret_cast<int(*)[4]>(&s16[h][i]));
+          load_n<4, SMEM>(xr[mt].s[h] + ch * 2 * N32 + i, *reinterpret_cast<int(*)[4]>(&s16[h][i]));
       }
     }
 #pragma unroll

@@ -10,11 +10,13 @@
 // slices one after another, keeping the slice's sum (acc) apart from the
 // running total, so it needs no split of k across warps and can reuse each
 // staged tile across a (16 MT) x (8 NT) warp tile. The activations are converted
-// to bf16 once (the same rounding as the decode kernel's), and chunks are
-// staged with cp.async, KS chunks per stage in a ring of NS stages, in slice
-// order. Integer products (IG, int_path) stage x's integer form instead (2
-// bytes an element as well) and take matmul_int.cuh's int_chunk. Formats:
-// bf16, f16, and 8- and 4-bit weights (decoded as the decode kernel does).
+// to bf16 once (the same rounding as the decode kernel's), in the mma's A
+// quads (quad_offset), and chunks are staged with cp.async, with their
+// weights' group scales and mins (Stage), KS chunks per stage in a ring of NS
+// stages, in slice order. Integer products (IG, int_path) stage x's integer
+// form instead (2 bytes an element as well, with its block scales and sums)
+// and take matmul_int.cuh's int_chunk. Formats: bf16, f16, and 8- and 4-bit
+// weights (decoded as the decode kernel does).
 #include <algorithm>
 #include <atomic>
 
@@ -54,6 +56,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pr
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
+// 8 bytes (the .ca form: .cg copies only 16); zeros where !pred.
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem, bool pred) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(pred ? 8 : 0));
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -70,10 +78,48 @@ template <Fmt F>
 constexpr int stages() {
   return F == Fmt::I8 ? 4 : 3;
 }
-template <Fmt F, int WM, int WN, int MT, int NT, bool GATED>
+// One staged chunk (bytes from its start): x's tile (A), each weight's tile
+// (B), and for 8/4-bit weights each weight's group scales and mins of the
+// chunk (4 floats a row: a chunk holds 2 or 4 groups of 8-bit weights, 4 of
+// 4-bit ones; mins where the weight stores them), and for integer products
+// (IG) x's block scales d and 16-sums s of the chunk. All of it comes with
+// the chunk's cp.async group, so the loop reads no global memory: the
+// scales were __ldg'd right before their decode, one L1/L2 wait per weight
+// tile and chunk (SASS, session 61).
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG>
+struct Stage {
+  static constexpr int KC = 4 * kE<F>, BM = 16 * MT * WM, BN = 8 * NT * WN, NACC = GATED ? 2 : 1;
+  static constexpr int N32 = KC / 32;  // x's blocks of 32 a chunk
+  static constexpr bool kGroups = F == Fmt::I8 || F == Fmt::U4;
+  static constexpr int A_ROW = 2 * KC, A_BYTES = BM * A_ROW, B_BYTES = BN * 64;
+  static constexpr int G_ROW = 16, G_BYTES = kGroups ? BN * G_ROW : 0;  // one weight's scales
+  static constexpr int SCALE = A_BYTES + NACC * B_BYTES, MIN = SCALE + NACC * G_BYTES;
+  static constexpr int XD_ROW = 4 * N32, XS_ROW = 8 * N32;  // d: N32 floats; s: 2 N32 ints
+  static constexpr int XD = MIN + NACC * G_BYTES, XS = XD + (IG ? BM * XD_ROW : 0);
+  static constexpr int CHUNK = XS + (IG ? BM * XS_ROW : 0);
+  static_assert(CHUNK % 16 == 0 && SCALE % 16 == 0 && XD % 16 == 0, "16-byte parts");
+};
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG>
 constexpr int smem_bytes() {
-  constexpr int KC = 4 * kE<F>, BM = 16 * MT * WM, BN = 8 * NT * WN;
-  return stages<F>() * chunks_per_stage<F>() * (BM * 2 * KC + (GATED ? 2 : 1) * BN * 64);
+  return stages<F>() * chunks_per_stage<F>() * Stage<F, WM, WN, MT, NT, GATED, IG>::CHUNK;
+}
+
+// A chunk's per-row values, ROWS rows of UNITS 8-byte copies (a power of
+// two; all the CTA's NTHR threads): row r at src + r * pitch (floats) into
+// dst + 8 UNITS r; zeros from row n_ok on and past the row's first
+// units_ok copies. (Compile-time counts: the loop unrolls, and the
+// per-thread offsets do not depend on the chunk.)
+template <int ROWS, int UNITS, int NTHR>
+__device__ __forceinline__ void stage_rows(uint8_t* dst, const float* src, size_t pitch, int n_ok,
+                                           int units_ok = UNITS) {
+#pragma unroll
+  for (int i = 0; i < (ROWS * UNITS + NTHR - 1) / NTHR; ++i) {
+    const int u = int(threadIdx.x) + i * NTHR;
+    if (ROWS * UNITS % NTHR != 0 && u >= ROWS * UNITS) break;
+    const int r = u / UNITS, part = u % UNITS;
+    const bool ok = r < n_ok && part < units_ok;
+    cp_async8(dst + 8 * u, ok ? src + size_t(r) * pitch + 2 * part : src, ok);
+  }
 }
 
 // Walks the chunks of k in slice order: slice 0's chunks 0, kw, 2 kw, ...,
@@ -86,33 +132,38 @@ struct ChunkOrder {
   }
 };
 
-// The stage's rows of x (A_ROW bytes): byte o of row r is stored at o ^
-// a_swizzle(r), which permutes the row's 16-byte segments so that the lanes
-// of one shared-memory wavefront read distinct banks. 8-bit weights' rows
-// are 128 bytes, each row on the same banks: bf16 products read 16 bytes at
-// 32 c + 16 v of rows g, g + 1 in a quarter warp (XOR 16: the odd row's
-// segments on the banks the even row leaves); integer products, groups of
-// 32, 16 bytes at 64 q + {0, 32, 16, 48}[c] (XOR 64: the other half);
-// groups of 16, 8 bytes at 32 q + 8 c of rows g .. g + 3 in a half warp
-// (XOR 32 (r & 3): four 32-byte blocks). 4-bit weights' rows are 256
-// bytes: integer products read as 8-bit ones with groups of 32 (XOR 64);
-// bf16 products read 16 bytes at 64 c + 16 v, so lanes c and c + 2 of one
-// row meet on the same banks too: XOR 16 where the offset is in the row's
-// second half, and 32 on odd rows (a_offset). 16-bit weights' 64-byte rows
-// already fall on distinct banks. Rows r and r + 8 share a swizzle.
+// Integer products' stage of x (A_ROW bytes a row): byte o of row r is
+// stored at o ^ a_swizzle(r), which permutes the row's 16-byte segments so
+// that the lanes of one shared-memory wavefront read distinct banks. Groups
+// of 32 (and 4-bit weights, read as 8-bit ones with groups of 32), 16 bytes
+// at 64 q + {0, 32, 16, 48}[c] of rows g, g + 1 in a quarter warp: XOR 64
+// on odd rows (the other half); groups of 16, 8 bytes at 32 q + 8 c of rows
+// g .. g + 3 in a half warp: XOR 32 (r & 3), four 32-byte blocks. Rows r
+// and r + 8 share a swizzle.
 template <Fmt F, int IG>
 __device__ __forceinline__ int a_swizzle(int row) {
-  if constexpr (F == Fmt::U4 && IG != 0) return 64 * (row & 1);
-  if constexpr (F != Fmt::I8) return 0;
   if constexpr (IG == 16) return 32 * (row & 3);
-  if constexpr (IG == 32) return 64 * (row & 1);
-  return 16 * (row & 1);
+  return 64 * (row & 1);
 }
-// Where byte o of a staged row of x is stored (16-byte segments stay whole).
-template <Fmt F, int IG>
-__device__ __forceinline__ int a_offset(int row, int o) {
-  if constexpr (F == Fmt::U4 && IG == 0) return o ^ (16 * ((o >> 7) & 1)) ^ (32 * (row & 1));
-  return o ^ a_swizzle<F, IG>(row);
+
+// bf16 products' x is stored in quads (to_bf16_kernel): rows r and r + 8 of
+// each 16-row tile share a pair row, pair p of row r at word 2 p + (r / 8) %
+// 2, so that an mma step's A registers (row g's pair, row g + 8's, the next
+// pair of each) are one 16-byte load, not two loads and four moves (SASS,
+// session 61: ~300 moves a chunk and warp of the 8-bit kernel, beside 64
+// HMMA). Lane c's step st is at byte 4 E c + 16 st of its pair row's chunk
+// (2 A_ROW bytes); pair rows are 128-byte multiples apart, so a quarter warp
+// (pair rows g, g + 1, lanes c 0-3) needs 8 distinct 16-byte segments of
+// 128: the offset's segment bits are XORed with the bits of c above them and
+// the pair row's parity (scripts/emulate_tiled_quads.py checks the reads and
+// the banks).
+template <Fmt F>
+__device__ __forceinline__ int quad_offset(int pair_row, int o) {
+  constexpr int E = kE<F>;
+  const int odd = pair_row & 1;
+  if constexpr (E == 8) return o ^ (16 * odd);                             // 32 c + 16 st
+  if constexpr (E == 16) return o ^ (16 * (((o >> 7) & 1) | (odd << 1)));  // 64 c + 16 st
+  return o ^ (16 * (((o >> 7) & 3) | (odd << 2)));                         // 128 c + 16 st
 }
 
 // IG (8-bit weights, int_path): integer products for weight groups of IG,
@@ -121,11 +172,12 @@ __device__ __forceinline__ int a_offset(int row, int o) {
 template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
 __global__ void __launch_bounds__(WM* WN * 32, 1)
     mm_tiled_kernel(const __grid_constant__ TParams p) {
-  constexpr int E = kE<F>, KC = 4 * E, NACC = GATED ? 2 : 1, NS = stages<F>();
-  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, NTHR = WM * WN * 32;
-  constexpr int A_ROW = 2 * KC, A_BYTES = BM * A_ROW, B_BYTES = BN * 64;
+  using L = Stage<F, WM, WN, MT, NT, GATED, IG>;
+  constexpr int E = kE<F>, KC = L::KC, NACC = L::NACC, NS = stages<F>();
+  constexpr int BM = L::BM, BN = L::BN, NTHR = WM * WN * 32;
+  constexpr int A_ROW = L::A_ROW, A_BYTES = L::A_BYTES, B_BYTES = L::B_BYTES;
   extern __shared__ __align__(16) uint8_t sm[];
-  constexpr int KS = chunks_per_stage<F>(), CHUNK = A_BYTES + NACC * B_BYTES;
+  constexpr int KS = chunks_per_stage<F>(), CHUNK = L::CHUNK;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int wm = warp / WN, wn = warp % WN;
   int j = 0;
@@ -133,20 +185,24 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   const GpuWeight& W = p.jobs[j].w;
   const int n0 = (int(blockIdx.x) - p.jobs[j].tile_start) * BN, m0 = int(blockIdx.y) * BM;
   const int n_chunks = p.k_pad / KC, kw = p.kw;
-  const MinForm mins = min_form<GATED>(W, p.up);  // (as the decode kernel: the same bits)
+  const MinForm mins = min_form<GATED>(W, p.up);            // (as the decode kernel: the same bits)
+  const int g_shift = L::kGroups ? __ffs(W.group) - 1 : 0;  // (groups: 16 or 32)
 
-  // This thread's 16-byte copies of a chunk: A rows a_row + i * A_STEP at
-  // byte part * 16 of the row's chunk, B rows b_row + i * B_STEP likewise.
-  constexpr int AV = A_ROW / 16, A_STEP = NTHR / AV, N_ACP = BM / A_STEP;
+  // This thread's 16-byte copies of a chunk: A rows (integer products) or
+  // pair rows (bf16 products: 2 A_ROW bytes of a chunk, quad_offset's) a_row
+  // + i * A_STEP at byte part * 16 of the row's chunk, B rows b_row + i *
+  // B_STEP likewise.
+  constexpr int A_UNIT = IG ? A_ROW : 2 * A_ROW, A_UNITS = IG ? BM : BM / 2;
+  constexpr int AV = A_UNIT / 16, A_STEP = NTHR / AV, N_ACP = A_UNITS / A_STEP;
   constexpr int B_STEP = NTHR / 4, N_BCP = BN / B_STEP;
-  static_assert(NTHR % AV == 0 && BM % A_STEP == 0 && BN % B_STEP == 0, "copy split");
+  static_assert(NTHR % AV == 0 && A_UNITS % A_STEP == 0 && BN % B_STEP == 0, "copy split");
   const int a_row = int(threadIdx.x) / AV, a_part = int(threadIdx.x) % AV;
   const int b_row = int(threadIdx.x) / 4, b_part = int(threadIdx.x) % 4;
-  const size_t a_pitch = size_t(p.k_pad) * 2,
+  const size_t a_pitch = size_t(p.k_pad) * (IG ? 2 : 4),
                b_pitch =
                    F == Fmt::U4 ? size_t(p.k_pad) / 2 : size_t(p.k_pad) * (F == Fmt::I8 ? 1 : 2);
-  const uint8_t* a_src =
-      reinterpret_cast<const uint8_t*>(p.xb) + size_t(m0 + a_row) * a_pitch + 16 * a_part;
+  const uint8_t* a_src = reinterpret_cast<const uint8_t*>(p.xb) +
+                         size_t((IG ? m0 : m0 / 2) + a_row) * a_pitch + 16 * a_part;
   const uint8_t* b_src[NACC];
 #pragma unroll
   for (int a = 0; a < NACC; ++a)
@@ -156,11 +212,11 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   auto load_chunk = [&](uint8_t* dst, int ch) {
 #pragma unroll
     for (int i = 0; i < N_ACP; ++i) {
-      const bool ok = m0 + a_row + i * A_STEP < p.M;
-      const uint8_t* src = a_src + size_t(i) * A_STEP * a_pitch + size_t(ch) * A_ROW;
-      const int row = a_row + i * A_STEP;
-      cp_async16(dst + row * A_ROW + a_offset<F, IG>(row, 16 * a_part),
-                 ok ? src : reinterpret_cast<const uint8_t*>(p.xb), ok);
+      const int row = a_row + i * A_STEP;  // (bf16 products: a pair row, of tile row / 8)
+      const bool ok = IG ? m0 + row < p.M : m0 + 16 * (row / 8) < p.M;
+      const uint8_t* src = a_src + size_t(i) * A_STEP * a_pitch + size_t(ch) * A_UNIT;
+      const int o = IG ? (16 * a_part) ^ a_swizzle<F, IG>(row) : quad_offset<F>(row, 16 * a_part);
+      cp_async16(dst + row * A_UNIT + o, ok ? src : reinterpret_cast<const uint8_t*>(p.xb), ok);
     }
 #pragma unroll
     for (int a = 0; a < NACC; ++a)
@@ -171,6 +227,30 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
         cp_async16(dst + A_BYTES + a * B_BYTES + (b_row + i * B_STEP) * 64 + 16 * b_part,
                    ok ? src : static_cast<const uint8_t*>(W.q), ok);
       }
+    if constexpr (L::kGroups) {  // the chunk's groups of each weight row: 2 or 4 floats
+      const int n_groups = KC >> g_shift;
+      const size_t pitch = size_t(p.k_pad >> g_shift),
+                   at = size_t(n0) * pitch + size_t(ch) * n_groups;
+#pragma unroll
+      for (int a = 0; a < NACC; ++a) {
+        const GpuWeight& Wa = a == 0 ? W : p.up;
+        stage_rows<BN, L::G_ROW / 8, NTHR>(dst + L::SCALE + a * L::G_BYTES, Wa.scale + at, pitch,
+                                           W.n_out - n0, n_groups / 2);
+        if (Wa.min)
+          stage_rows<BN, L::G_ROW / 8, NTHR>(dst + L::MIN + a * L::G_BYTES, Wa.min + at, pitch,
+                                             W.n_out - n0, n_groups / 2);
+      }
+    }
+    if constexpr (IG != 0) {  // x's block scales and 16-sums of the chunk
+      constexpr int N32 = L::N32;
+      stage_rows<BM, L::XD_ROW / 8, NTHR>(dst + L::XD,
+                                          p.xa.d + size_t(m0) * (p.k_pad / 32) + ch * N32,
+                                          size_t(p.k_pad / 32), p.M - m0);
+      stage_rows<BM, L::XS_ROW / 8, NTHR>(
+          dst + L::XS,
+          reinterpret_cast<const float*>(p.xa.s + size_t(m0) * (p.k_pad / 16) + ch * 2 * N32),
+          size_t(p.k_pad / 16), p.M - m0);
+    }
   };
 
   float acc[NACC][MT][NT][4], total[NACC][MT][NT][4];
@@ -183,30 +263,37 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[a][mt][nt][i] = total[a][mt][nt][i] = 0.f;
 
-  // IG: the warp tile's rows of x (scales and sums: global memory), whether
-  // each 16-row tile's rows 8-15 are read, the scales of the lane's columns
-  IntRows xr[MT];
+  // IG: whether each 16-row tile's rows 8-15 are read, and the lane's
+  // output columns in the stage's scales (row times 4 floats; the
+  // pointers are set a chunk)
   bool rows8[MT];
   IntCols<NACC, NT> cols;
   if constexpr (IG != 0) {
-    int_tiles<F, IG, MT>(p.xa, p.k_pad, p.M, m0 + wm * 16 * MT, g, c, xr, rows8);
-    set_int_cols(cols, W, p.up, p.k_pad,
-                 [&](int nt, int jc) { return n0 + wn * 8 * NT + 8 * nt + 2 * c + jc; });
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) rows8[mt] = m0 + wm * 16 * MT + 16 * mt + 8 < p.M;
+#pragma unroll
+    for (int a = 0; a < NACC; ++a) cols.min8[a] = (a == 0 ? W : p.up).min8;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int jc = 0; jc < 2; ++jc)
+        cols.off[nt][jc] = (wn * 8 * NT + 8 * nt + 2 * c + jc) * (L::G_ROW / 4);
   }
 
   ChunkOrder ld, use;
   // bf16 products: the lane's 16 bytes of weight a's 8-row tile nt in stage
-  // s, and (8/4-bit) their group's scale and min (zeros past n_out)
+  // s, and (8/4-bit) their group's scale and min (group_min's; zeros past
+  // n_out, where the stage holds zeros)
   auto staged_b = [&](const uint8_t* s, int a, int nt, float& sc, float& mn) {
     const GpuWeight& Wa = a == 0 ? W : p.up;
     const int row = wn * 8 * NT + 8 * nt + g;
     sc = mn = 0.f;
-    if constexpr (F == Fmt::I8 || F == Fmt::U4) {
-      if (n0 + row < Wa.n_out) {
-        const size_t gi = group_index(Wa, n0 + row, use.ch * KC + E * c);
-        sc = __ldg(Wa.scale + gi);
-        mn = group_min(Wa, gi, sc);
-      }
+    if constexpr (L::kGroups) {
+      const int at = row * L::G_ROW + 4 * ((E * c) >> g_shift);
+      sc = *reinterpret_cast<const float*>(s + L::SCALE + a * L::G_BYTES + at);
+      mn = Wa.min    ? *reinterpret_cast<const float*>(s + L::MIN + a * L::G_BYTES + at)
+           : Wa.min8 ? 8.f * sc
+                     : 0.f;
     }
     return *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
   };
@@ -241,18 +328,29 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
                 *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c), c,
                 b[a][nt]);
           }
-        // x's bytes from the stage: rows r, r + 8 of each 16-row tile
+        // x from the stage: rows r, r + 8 of each 16-row tile, and the
+        // weights' scales and mins
         IntRows xs[MT];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          xs[mt] = xr[mt];
           const int r = wm * 16 * MT + 16 * mt + g;
-          xs[mt].q[0] = s + r * A_ROW;
-          xs[mt].q[1] = xs[mt].q[0] + 8 * A_ROW;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            xs[mt].q[h] = s + (r + 8 * h) * A_ROW;
+            xs[mt].d[h] = reinterpret_cast<const float*>(s + L::XD + (r + 8 * h) * L::XD_ROW);
+            xs[mt].s[h] = reinterpret_cast<const int*>(s + L::XS + (r + 8 * h) * L::XS_ROW);
+          }
           xs[mt].lane = 2 * IntShape<F, IG>::first(0, c);
           xs[mt].swizzle = a_swizzle<F, IG>(r);
         }
-        int_chunk<F, IG, MT, NT, NACC, true>(xs, 0, rows8, cols, use.ch, b, acc);
+#pragma unroll
+        for (int a = 0; a < NACC; ++a) {
+          cols.scale[a] = reinterpret_cast<const float*>(s + L::SCALE + a * L::G_BYTES);
+          cols.min[a] = (a == 0 ? W : p.up).min
+                            ? reinterpret_cast<const float*>(s + L::MIN + a * L::G_BYTES)
+                            : nullptr;
+        }
+        int_chunk<F, IG, MT, NT, NACC, true>(xs, 0, rows8, cols, 0, b, acc);
       } else if constexpr (F == Fmt::U4) {
         // a lane's 32 weights are 16 bf16 pairs: each word of them decoded
         // right before its two mma steps, once for the warp tile's MT row
@@ -279,16 +377,19 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
             }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            const int r = wm * 16 * MT + 16 * mt + g, o = a_offset<F, IG>(r, 2 * E * c + 16 * v);
-            const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + o);
-            const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + o);
+            const int pr = wm * 8 * MT + 8 * mt + g;  // rows r, r + 8's pair row
+            const uint8_t* row = s + pr * A_UNIT;
 #pragma unroll
-            for (int a = 0; a < NACC; ++a)
+            for (int h = 0; h < 2; ++h) {  // steps 2 v + h
+              const uint4 q = *reinterpret_cast<const uint4*>(
+                  row + quad_offset<F>(pr, 4 * E * c + 32 * v + 16 * h));
 #pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-                mma_bf16(acc[a][mt][nt], l.x, h.x, l.y, h.y, b[a][nt][0], b[a][nt][1]);
-                mma_bf16(acc[a][mt][nt], l.z, h.z, l.w, h.w, b[a][nt][2], b[a][nt][3]);
-              }
+              for (int a = 0; a < NACC; ++a)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+                  mma_bf16(acc[a][mt][nt], q.x, q.y, q.z, q.w, b[a][nt][2 * h],
+                           b[a][nt][2 * h + 1]);
+            }
           }
         }
       } else {
@@ -306,25 +407,20 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const int r = wm * 16 * MT + 16 * mt + g;
-          // this lane's E activations of rows r and r + 8: elements [E c, E c + E) of the chunk
-          uint32_t lo[E / 2], hi[E / 2];
+          // this lane's E activations of rows r and r + 8 (elements [E c, E c + E)
+          // of the chunk) in quads: step st's A registers at 4 E c + 16 st
+          const int pr = wm * 8 * MT + 8 * mt + g;
 #pragma unroll
-          for (int v = 0; v < E / 8; ++v) {
-            const int o = a_offset<F, IG>(r, 2 * E * c + 16 * v);
-            const uint4 l = *reinterpret_cast<const uint4*>(s + r * A_ROW + o);
-            const uint4 h = *reinterpret_cast<const uint4*>(s + (r + 8) * A_ROW + o);
-            lo[4 * v] = l.x, lo[4 * v + 1] = l.y, lo[4 * v + 2] = l.z, lo[4 * v + 3] = l.w;
-            hi[4 * v] = h.x, hi[4 * v + 1] = h.y, hi[4 * v + 2] = h.z, hi[4 * v + 3] = h.w;
-          }
-#pragma unroll
-          for (int st = 0; st < E / 4; ++st)
+          for (int st = 0; st < E / 4; ++st) {
+            const uint4 q = *reinterpret_cast<const uint4*>(
+                s + pr * A_UNIT + quad_offset<F>(pr, 4 * E * c + 16 * st));
 #pragma unroll
             for (int a = 0; a < NACC; ++a)
 #pragma unroll
               for (int nt = 0; nt < NT; ++nt)
-                mma_bf16(acc[a][mt][nt], lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1],
-                         b[a][nt][2 * st], b[a][nt][2 * st + 1]);
+                mma_bf16(acc[a][mt][nt], q.x, q.y, q.z, q.w, b[a][nt][2 * st],
+                         b[a][nt][2 * st + 1]);
+          }
         }
       }
       const int slice = use.w;
@@ -378,22 +474,33 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
       }
 }
 
-// x [M][n_in] f32 -> [M][k_pad] bf16, zeros past n_in: the decode kernel's
-// conversion (pack_bf16 of each pair), once per product instead of per tile.
+// Rows of x whose bf16 quads the tiled kernel reads: whole 16-row tiles.
+__host__ __device__ constexpr int quad_rows(int M) {
+  return M > 0 ? (M + 15) / 16 * 16 : 0;
+}
+
+// x [M][n_in] f32 -> bf16 pairs in quads (quad_offset): pair row (r / 16) 8
+// + r % 8 holds rows r and r + 8 of a 16-row tile, k_pad words, pair p of
+// row r at word 2 p + (r / 8) % 2; zeros past n_in and M (to quad_rows(M)).
+// The decode kernel's conversion (pack_bf16 of each pair), once per product
+// instead of per tile.
 __global__ void to_bf16_kernel(const float* x, int M, int n_in, int k_pad, uint32_t* xb) {
-  const int64_t half = k_pad / 2, n = int64_t(M) * half;
+  const int64_t n = int64_t(quad_rows(M)) * (k_pad / 2);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / half;
-    const int k = int(i % half) * 2;
+    const int64_t pair_row = i / k_pad;
+    const int w = int(i % k_pad), k = (w / 2) * 2;
+    const int64_t r = pair_row / 8 * 16 + pair_row % 8 + 8 * (w % 2);
     const float* src = x + r * n_in;
-    xb[i] = pack_bf16(k < n_in ? src[k] : 0.f, k + 1 < n_in ? src[k + 1] : 0.f);
+    xb[i] = r < M ? pack_bf16(k < n_in ? src[k] : 0.f, k + 1 < n_in ? src[k + 1] : 0.f) : 0u;
   }
 }
 
 template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
 void launch(TParams& p, cudaStream_t st) {
-  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, SMEM = smem_bytes<F, WM, WN, MT, NT, GATED>();
+  constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
+  constexpr int SMEM = smem_bytes<F, WM, WN, MT, NT, GATED, IG>();
+  static_assert(SMEM <= 227 * 1024, "an SM's shared memory");
   auto kernel = mm_tiled_kernel<F, WM, WN, MT, NT, GATED, IG>;
   static bool raised = false;
   if (!raised) {
@@ -440,7 +547,8 @@ void dispatch_tile(TParams& p, cudaStream_t st) {
   if constexpr (NT == 4 && IG == 0)  // (a 2 x 2 of them has as many warps as this)
     if (8 * n_ctas(p, 2 * R, 64) >= want) return launch<F, 2, 4, MT, 2, GATED>(p, st);
   if (2 * n_ctas(p, R, 16 * NT) >= want) return launch<F, 1, 2, MT, NT, GATED, IG>(p, st);
-  if (n_ctas(p, R, 8 * NT) >= want) return launch<F, 1, 1, MT, NT, GATED, IG>(p, st);
+  // (one-warp CTAs of the same warp tile never have more warps than these
+  // two-warp ones: ceil(n / 8 NT) <= 2 ceil(n / 16 NT); no launch for them)
   launch<F, 1, 1, (MT < 2 ? MT : 2), NT, GATED, IG>(p, st);
 }
 
@@ -451,8 +559,8 @@ void set_matmul_path(MatmulPath path) {
 }
 
 size_t matmul_scratch_bytes(int M, int k_pad) {
-  // the bf16 copy of x, or its integer form (int_path)
-  return std::max(size_t(std::max(M, 0)) * size_t(k_pad) * 2, int_act_bytes(M, k_pad));
+  // the bf16 copy of x in quads (whole 16-row tiles), or its integer form (int_path)
+  return std::max(size_t(quad_rows(M)) * size_t(k_pad) * 2, int_act_bytes(M, k_pad));
 }
 
 MatmulPath matmul_path() {
@@ -497,7 +605,7 @@ bool matmul_tiled(const TiledProblem& t, cudaStream_t st) {
       g16 ? dispatch_tile<Fmt::I8, false, 16>(p, st) : dispatch_tile<Fmt::I8, false, 32>(p, st);
     return true;
   }
-  const int64_t words = int64_t(t.M) * (p.k_pad / 2);
+  const int64_t words = int64_t(quad_rows(t.M)) * (p.k_pad / 2);
   to_bf16_kernel<<<int(std::min<int64_t>(4096, (words + 255) / 256)), 256, 0, st>>>(
       t.x, t.M, t.jobs[0].w->n_in, p.k_pad, static_cast<uint32_t*>(t.xb));
   WICK_CUDA_LAUNCHED();
