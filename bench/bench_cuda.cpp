@@ -23,6 +23,8 @@
 // and "immab2b", "immanorm" are the same on the tensor cores' mma instead.
 // "xs0b2b", "xs0norm": bf16 products with x not staged
 // in shared memory (WICK_CUDA_X_STAGE=0) at one row and (b2b) 16 rows.
+// "pd0b2b": 8/4-bit weights at 512 rows with each warp of the tiled kernel
+// decoding its own tiles' weights (WICK_CUDA_PREDECODE=0).
 // Counters: us a product, GB/s of weight bytes, share of 3.0 TB/s, TFLOP/s.
 // copy/d2d/MiB1024: this GPU's own ceiling, a device-to-device copy of 1 GiB
 // (TB/s counting bytes read and written, as ../shared/anchors.md's 3.0 for
@@ -183,13 +185,16 @@ struct Stream {
   } while (0)
 
 void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::string proj, int M,
-                int kw, int tiles, bool norm_first, bool int_mma, bool x_stage, bool dp4a) {
+                int kw, int tiles, bool norm_first, bool int_mma, bool x_stage, bool dp4a,
+                bool predecode) {
   Backend& be = backend();
   const Layer& L = layer(m, t, proj);
   static Stream s;
   struct Reset {
-    bool int_was = cuda::int_products(), stage_was = cuda::x_stage(), dp4a_was = cuda::int_dp4a();
+    bool int_was = cuda::int_products(), stage_was = cuda::x_stage(), dp4a_was = cuda::int_dp4a(),
+         pre_was = cuda::predecode();
     ~Reset() {
+      cuda::set_predecode(pre_was);
       cuda::set_kw_force(0);
       cuda::set_decode_tiles(0);
       cuda::set_int_products(int_was);
@@ -202,6 +207,7 @@ void BM_Product(benchmark::State& state, const ModelShape m, DType t, std::strin
   cuda::set_int_products(int_mma);
   cuda::set_x_stage(x_stage);
   cuda::set_int_dp4a(dp4a);
+  cuda::set_predecode(predecode);
   // x, a norm's weights, the outputs, and the prefill kernel's scratch
   const int64_t n_in = L.n_in;
   std::vector<float> hx(size_t(M * n_in));
@@ -326,6 +332,7 @@ void register_all() {
         struct Run {
           int M, kw, tiles;
           bool norm, int_mma = false, xs0 = false, mma = false;  // mma: dp4a off
+          bool pd0 = false;  // the tiled kernel's warps decode their own weights
         };
         for (Run r : {Run{1, 0, 0, false},
                       Run{1, 4, 0, false},
@@ -352,21 +359,23 @@ void register_all() {
                       Run{1, 0, 0, true, true, false, true},
                       Run{1, 0, 0, false, false, true},
                       Run{1, 0, 0, true, false, true},
-                      Run{16, 0, 0, false, false, true}}) {
+                      Run{16, 0, 0, false, false, true},
+                      Run{512, 0, 0, false, false, false, false, true}}) {
           // (8- and 4-bit weights: one tile a warp, but for integer products' two)
           if (r.tiles && t != DType::BF16 && !r.int_mma) continue;
           if (r.tiles && r.int_mma && proj == std::string("gate_up")) continue;  // (gated: one)
-          if (r.M == 512 && r.kw && t != DType::BF16) continue;  // (prefill's slice sweep: bf16)
-          if (r.int_mma && t == DType::BF16) continue;           // (integer products: 8/4-bit)
+          if (r.M == 512 && r.kw && t != DType::BF16) continue;    // (prefill's slice sweep: bf16)
+          if ((r.int_mma || r.pd0) && t == DType::BF16) continue;  // (8/4-bit weights)
           const std::string chain = std::string(r.mma       ? "/imma"
                                                 : r.int_mma ? "/int"
                                                 : r.xs0     ? "/xs0"
+                                                : r.pd0     ? "/pd0"
                                                             : "/") +
                                     (r.norm ? "norm" : "b2b");
           const std::string name = base + "/M" + std::to_string(r.M) + "/kw" +
                                    std::to_string(r.kw) + "/t" + std::to_string(r.tiles) + chain;
           benchmark::RegisterBenchmark(name.c_str(), BM_Product, m, t, std::string(proj), r.M, r.kw,
-                                       r.tiles, r.norm, r.int_mma, !r.xs0, !r.mma)
+                                       r.tiles, r.norm, r.int_mma, !r.xs0, !r.mma, !r.pd0)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(10);  // a graph is >= ~2 ms of thousands of products

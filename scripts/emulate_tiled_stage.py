@@ -22,6 +22,12 @@ parts, both since session 61:
    pair 2 st + 1, row g + 8's, of the lane's E elements), zeros for rows past M;
    and each load's quarter warps must touch 8 distinct 16-byte segments of 128
    bytes (no bank conflicts).
+3. Weights decoded once a CTA (PRE: decode_chunk, decoded_b, dq_offset): each
+   thread's lane loads u = t + i NTHR (weight u / 4 BN, row (u / 4) % BN, lane
+   u % 4) decode into the bf16 tile, then every mma lane's loads of its E / 2
+   words must find the words its own decode would have made (weight a, its row,
+   its lane c), every word written once, and the stores and loads of each
+   quarter warp must touch distinct segments.
 
 It models the kernel, it does not run it: keep the two in step; the GPU tests
 CudaMatmulTiled.* (the tiled kernel against the decode kernel, bit for bit)
@@ -210,6 +216,58 @@ def check_quads(E, WM, WN, MT, k_pad, M, m0):
     return n_reads
 
 
+def seg_swizzle(lane_bytes, row, o):
+    odd = row & 1
+    if lane_bytes == 32:
+        return o ^ (16 * odd)
+    if lane_bytes == 64:
+        return o ^ (16 * (((o >> 7) & 1) | (odd << 1)))
+    return o ^ (16 * (((o >> 7) & 3) | (odd << 2)))
+
+
+def check_predecode(E, WM, WN, NT, NACC):
+    KC, NTHR, BN = 4 * E, WM * WN * 32, 8 * NT * WN
+    D_ROW = 2 * KC
+    D_W = BN * D_ROW
+    UNITS = NACC * BN * 4
+    smem = {}
+    for i in range((UNITS + NTHR - 1) // NTHR):
+        segs = {}
+        for t in range(NTHR):
+            u = t + i * NTHR
+            if u >= UNITS:
+                break
+            a, row, cu = u // (4 * BN), (u // 4) % BN, u % 4
+            for v in range(E // 8):
+                byte = a * D_W + row * D_ROW + seg_swizzle(2 * E, row, 2 * E * cu + 16 * v)
+                assert a * D_W + row * D_ROW <= byte < a * D_W + (row + 1) * D_ROW
+                for j in range(4):
+                    assert byte + 4 * j not in smem, "two stores to one word"
+                    smem[byte + 4 * j] = (a, row, cu, 4 * v + j)
+                segs.setdefault((v, t // 8), []).append(byte)
+        for (v, q), addrs in segs.items():
+            s_ = [(b // 16) % 8 for b in addrs]
+            assert len(set(s_)) == len(s_), ("store bank conflict", E, v, q, addrs)
+    assert len(smem) == NACC * D_W // 4, "a word not written"
+    n = 0
+    for warp, a, nt, v in itertools.product(range(WM * WN), range(NACC), range(NT),
+                                            range(E // 8)):
+        wn = warp % WN
+        segs = {}
+        for lane in range(32):
+            g, c = lane >> 2, lane & 3
+            row = wn * 8 * NT + 8 * nt + g
+            byte = a * D_W + row * D_ROW + seg_swizzle(2 * E, row, 2 * E * c + 16 * v)
+            got = [smem[byte + 4 * j] for j in range(4)]
+            assert got == [(a, row, c, 4 * v + j) for j in range(4)], (E, warp, lane, got)
+            segs.setdefault(lane // 8, {})[byte] = None
+            n += 1
+        for q, addrs in segs.items():
+            s_ = [(b // 16) % 8 for b in addrs]
+            assert len(set(s_)) == len(s_), ("load bank conflict", E, v, q, sorted(addrs))
+    return n
+
+
 def main():
     # dispatch_tile's shapes, and more: (fmt, WM, WN, MT, NT, gated, IG)
     shapes = []
@@ -247,6 +305,14 @@ def main():
             for M, m0 in ((2 * BM, BM), (BM + 9, BM), (3, 0), (BM + 17, BM)):
                 total += check_quads(E, WM, WN, MT, 3 * 4 * E, M, m0)
     print(f"quads ok: {n_shapes} tile shapes, {total} step loads, each the mma's A registers, "
+          "no bank conflicts")
+    # PRE (launch: two warps a column of tiles; 8-bit plain and gated, 4-bit plain)
+    total, n_shapes = 0, 0
+    for E, NT, NACC in ((16, 4, 1), (16, 2, 1), (16, 2, 2), (32, 2, 1)):
+        for WN in (4, 2):
+            n_shapes += 1
+            total += check_predecode(E, 2, WN, NT, NACC)
+    print(f"predecode ok: {n_shapes} tile shapes, {total} lane loads, each its own decode, "
           "no bank conflicts")
 
 

@@ -13,7 +13,9 @@ markdown table, a row per model, weight type and product:
   +norm     the share at the rule when each product follows a one-row rmsnorm
             (a decode step's order; the norm's time counted)
   M16       the share at 16 rows (a batched decode step)
-  M512      TFLOP/s at 512 rows (prefill), and (bf16) at 4 / 8 forced slices
+  M512      TFLOP/s at 512 rows (prefill), and (bf16) at 4 / 8 forced slices;
+            8/4-bit weights: "pd0" after it, the tiled kernel's warps each
+            decoding their own tiles' weights (WICK_CUDA_PREDECODE=0)
   int       8/4-bit weights with integer products (WICK_CUDA_INT_MMA): the
             share at the rule, after a norm (one row: dp4a, WICK_CUDA_INT_DP4A),
             at 16 rows; TFLOP/s at 512 rows
@@ -30,7 +32,7 @@ import re
 import sys
 from collections import defaultdict
 
-NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm|immab2b|immanorm|xs0b2b|xs0norm)")
+NAME = re.compile(r"^mm/([^/]+)/([^/]+)/([^/]+)/M(\d+)/kw(\d+)/t(\d+)/(b2b|norm|intb2b|intnorm|immab2b|immanorm|xs0b2b|xs0norm|pd0b2b)")
 
 
 def load(path):
@@ -110,6 +112,7 @@ def main(path, peak=None):
               + f" | {share(r.get((1, 0, 0, 'norm')))} | {share(r.get((16, 0, 0, 'b2b')))} | "
               + (f"{m512['TFLOP/s']:.0f}" if m512 else "-")
               + "".join(f" / {b['TFLOP/s']:.0f}" for b in (r.get((512, k, 0, "b2b")) for k in (4, 8)) if b)
+              + (f", pd0 {r[(512, 0, 0, 'pd0b2b')]['TFLOP/s']:.0f}" if (512, 0, 0, "pd0b2b") in r else "")
               + " | " + int_cell(r, own) + " | "
               + " / ".join(starred({k: r.get((1, k, 0, "intb2b")) for k in (8, 16, 32)}))
               + f", {share(r.get((1, 0, 2, 'intb2b')))} | "

@@ -467,10 +467,11 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
                 << n_rows << " product " << i;
         }
       // a prefill's size (4,096 x 1,024 weights, 512 rows): the widest CTA
-      // tiles (2 x 4 warps, several copy passes a stage), which the small
-      // problems above never reach; and 2,048 of its rows alone, which 8-
-      // and 16-bit weights' bf16 products take in 2-column-tile warps
-      // (dispatch_tile, on a GPU of 86 to 170 SMs)
+      // tiles (2 x 4 warps, several copy passes a stage; 8/4-bit weights
+      // decoded once a CTA but 4-bit gate/up), which the small problems
+      // above never reach; and 2,048 of its rows alone, which 8- and 16-bit
+      // weights' bf16 products take in 2-column-tile warps (dispatch_tile,
+      // on a GPU of 86 to 170 SMs)
       const int64_t n_in = 1024, n_out = 4096, n_half = 2048, n_rows = 512;
       auto hg = random_weight(t, n_out, n_in, rng), hu = random_weight(t, n_out, n_in, rng);
       const Weight g = be->prepare_matrix(Weight{t, n_out, n_in, hg.data()});
@@ -498,6 +499,15 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
       for (size_t i = 0; i < 3; ++i)
         EXPECT_TRUE(tiled[i] == plain[i])
             << dtype_name(t) << (int_mma ? " integer" : "") << what[i];
+      if (blocks && !int_mma) {  // 8/4-bit weights decoded by each warp (WICK_CUDA_PREDECODE=0)
+        struct PredecodeOn {
+          ~PredecodeOn() { cuda::set_predecode(true); }
+        } on;
+        cuda::set_predecode(false);
+        const auto warps = products(cuda::MatmulPath::Tiled);
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_TRUE(warps[i] == plain[i]) << dtype_name(t) << what[i] << ", not predecoded";
+      }
       be->release_matrix(g);
       be->release_matrix(u);
       be->release_matrix(h);

@@ -172,6 +172,11 @@ bool norm_int();
 // bits either way: for measuring).
 void set_tiled_u4(bool on);
 bool tiled_u4();
+// Whether the tiled kernel decodes 8- and 4-bit weights once a CTA into a
+// bf16 tile that its warps share (WICK_CUDA_PREDECODE, default 1; 0: each
+// warp decodes the weights of its own tiles; the same bits either way).
+void set_predecode(bool on);
+bool predecode();
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);

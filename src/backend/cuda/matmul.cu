@@ -1069,12 +1069,13 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
   }
 }
 
-std::atomic<int> g_int{-1};       // -1: WICK_CUDA_INT_MMA not read yet
-std::atomic<int> g_norm_int{-1};  // -1: WICK_CUDA_NORM_INT not read yet
-std::atomic<int> g_tiled_u4{-1};  // -1: WICK_CUDA_TILED_U4 not read yet
-std::atomic<int> g_int_r128{-1};  // -1: WICK_CUDA_INT_R128 not read yet
-std::atomic<int> g_x_stage{-1};   // -1: WICK_CUDA_X_STAGE not read yet
-std::atomic<int> g_int_dp4a{-1};  // -1: WICK_CUDA_INT_DP4A not read yet
+std::atomic<int> g_int{-1};        // -1: WICK_CUDA_INT_MMA not read yet
+std::atomic<int> g_norm_int{-1};   // -1: WICK_CUDA_NORM_INT not read yet
+std::atomic<int> g_tiled_u4{-1};   // -1: WICK_CUDA_TILED_U4 not read yet
+std::atomic<int> g_predecode{-1};  // -1: WICK_CUDA_PREDECODE not read yet
+std::atomic<int> g_int_r128{-1};   // -1: WICK_CUDA_INT_R128 not read yet
+std::atomic<int> g_x_stage{-1};    // -1: WICK_CUDA_X_STAGE not read yet
+std::atomic<int> g_int_dp4a{-1};   // -1: WICK_CUDA_INT_DP4A not read yet
 
 // A switch read from `name` on first use (unless a setter came first).
 bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
@@ -1221,6 +1222,14 @@ bool tiled_u4() {
 
 void set_tiled_u4(bool on) {
   g_tiled_u4 = on ? 1 : 0;
+}
+
+bool predecode() {
+  return env_switch(g_predecode, "WICK_CUDA_PREDECODE", true);
+}
+
+void set_predecode(bool on) {
+  g_predecode = on ? 1 : 0;
 }
 
 int int_r128() {

@@ -69,14 +69,16 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // Chunks per stage (one barrier each) and stages in the ring. (A 4-bit
 // chunk is 128 elements: its x tile alone is 32 KB at 128 rows; three
-// stages, 120 KB, leave the SM's shared memory half free.)
+// stages, 120 KB, leave the SM's shared memory half free.) PRE (weights
+// decoded once a CTA, one chunk ahead): a stage more, since the chunk after
+// the one in use must have landed too.
 template <Fmt F>
 constexpr int chunks_per_stage() {
   return F == Fmt::I8 || F == Fmt::U4 ? 1 : 2;
 }
-template <Fmt F>
+template <Fmt F, bool PRE = false>
 constexpr int stages() {
-  return F == Fmt::I8 ? 4 : 3;
+  return (F == Fmt::I8 ? 4 : 3) + (PRE ? 1 : 0);
 }
 // One staged chunk (bytes from its start): x's tile (A), each weight's tile
 // (B), and for 8/4-bit weights each weight's group scales and mins of the
@@ -98,10 +100,14 @@ struct Stage {
   static constexpr int XD = MIN + NACC * G_BYTES, XS = XD + (IG ? BM * XD_ROW : 0);
   static constexpr int CHUNK = XS + (IG ? BM * XS_ROW : 0);
   static_assert(CHUNK % 16 == 0 && SCALE % 16 == 0 && XD % 16 == 0, "16-byte parts");
+  // PRE: a chunk's weights decoded to bf16 (each weight's BN rows of KC), two
+  // of them after the ring
+  static constexpr int D_ROW = 2 * KC, D_W = BN * D_ROW, D_BYTES = NACC * D_W;
 };
-template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG>
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG, bool PRE>
 constexpr int smem_bytes() {
-  return stages<F>() * chunks_per_stage<F>() * Stage<F, WM, WN, MT, NT, GATED, IG>::CHUNK;
+  using L = Stage<F, WM, WN, MT, NT, GATED, IG>;
+  return stages<F, PRE>() * chunks_per_stage<F>() * L::CHUNK + (PRE ? 2 * L::D_BYTES : 0);
 }
 
 // A chunk's per-row values, ROWS rows of UNITS 8-byte copies (a power of
@@ -155,29 +161,46 @@ __device__ __forceinline__ int a_swizzle(int row) {
 // (2 A_ROW bytes); pair rows are 128-byte multiples apart, so a quarter warp
 // (pair rows g, g + 1, lanes c 0-3) needs 8 distinct 16-byte segments of
 // 128: the offset's segment bits are XORed with the bits of c above them and
-// the pair row's parity (scripts/emulate_tiled_quads.py checks the reads and
+// the pair row's parity (scripts/emulate_tiled_stage.py checks the reads and
 // the banks).
+// Byte o of a row whose lanes c read LANE bytes each at LANE c + 16 j, rows
+// a multiple of 128 bytes apart, read by rows r, r + 1 in a quarter warp.
+template <int LANE>
+__device__ __forceinline__ int seg_swizzle(int row, int o) {
+  const int odd = row & 1;
+  if constexpr (LANE == 32) return o ^ (16 * odd);
+  if constexpr (LANE == 64) return o ^ (16 * (((o >> 7) & 1) | (odd << 1)));
+  return o ^ (16 * (((o >> 7) & 3) | (odd << 2)));  // 128
+}
 template <Fmt F>
 __device__ __forceinline__ int quad_offset(int pair_row, int o) {
-  constexpr int E = kE<F>;
-  const int odd = pair_row & 1;
-  if constexpr (E == 8) return o ^ (16 * odd);                             // 32 c + 16 st
-  if constexpr (E == 16) return o ^ (16 * (((o >> 7) & 1) | (odd << 1)));  // 64 c + 16 st
-  return o ^ (16 * (((o >> 7) & 3) | (odd << 2)));                         // 128 c + 16 st
+  return seg_swizzle<4 * kE<F>>(pair_row, o);  // lane c's steps at 4 E c + 16 st
+}
+
+// PRE: a chunk's weights decoded once a CTA (decode_chunk) instead of by
+// each of the WM warps whose tiles use them (2: half the decode, which in
+// the 8-bit kernel was ~240 of a chunk's ~490 instructions a warp; SASS,
+// session 61), into a bf16 tile of rows of KC elements; lane c's E/2 pairs
+// of a row at 2 E c, swizzled as the quads.
+template <Fmt F>
+__device__ __forceinline__ int dq_offset(int row, int o) {
+  return seg_swizzle<2 * kE<F>>(row, o);
 }
 
 // IG (8-bit weights, int_path): integer products for weight groups of IG,
 // int_chunk's sums from the staged chunk (x's integer form has bf16's 2
 // bytes an element, so the stages are the same); 0: bf16 products.
-template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0, bool PRE = false>
 __global__ void __launch_bounds__(WM* WN * 32, 1)
     mm_tiled_kernel(const __grid_constant__ TParams p) {
   using L = Stage<F, WM, WN, MT, NT, GATED, IG>;
-  constexpr int E = kE<F>, KC = L::KC, NACC = L::NACC, NS = stages<F>();
+  constexpr int E = kE<F>, KC = L::KC, NACC = L::NACC, NS = stages<F, PRE>();
   constexpr int BM = L::BM, BN = L::BN, NTHR = WM * WN * 32;
   constexpr int A_ROW = L::A_ROW, A_BYTES = L::A_BYTES, B_BYTES = L::B_BYTES;
   extern __shared__ __align__(16) uint8_t sm[];
   constexpr int KS = chunks_per_stage<F>(), CHUNK = L::CHUNK;
+  static_assert(!PRE || (IG == 0 && KS == 1 && L::kGroups && NS >= 3), "decoded once a CTA");
+  uint8_t* const dbuf = sm + NS * KS * CHUNK;  // PRE: two decoded chunks
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int wm = warp / WN, wn = warp % WN;
   int j = 0;
@@ -297,6 +320,49 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
     }
     return *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
   };
+  // PRE: the weights of the chunk in stage s decoded into d (all threads;
+  // thread t takes lane loads t, t + NTHR, ...: row (u / 4) % BN, lane u % 4
+  // of weight u / (4 BN), decoded as the lane would, same bits)
+  auto decode_chunk = [&](const uint8_t* s, uint8_t* d) {
+    constexpr int UNITS = NACC * BN * 4;
+#pragma unroll
+    for (int i = 0; i < (UNITS + NTHR - 1) / NTHR; ++i) {
+      const int u = int(threadIdx.x) + i * NTHR;
+      if (UNITS % NTHR != 0 && u >= UNITS) break;
+      const int a = u / (4 * BN), row = (u / 4) % BN, cu = u % 4;
+      const GpuWeight& Wa = a == 0 ? W : p.up;
+      const int at = row * L::G_ROW + 4 * ((E * cu) >> g_shift);
+      const float sc = *reinterpret_cast<const float*>(s + L::SCALE + a * L::G_BYTES + at);
+      const float mn = Wa.min    ? *reinterpret_cast<const float*>(s + L::MIN + a * L::G_BYTES + at)
+                       : Wa.min8 ? 8.f * sc
+                                 : 0.f;
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * cu);
+      uint32_t b[E / 2];
+      if constexpr (F == Fmt::U4) {
+        if (mins.eight)
+          decode<F, true, true>(raw, sc, mn, b);
+        else
+          decode<F>(raw, sc, mn, b);
+      } else {
+        if (mins.none)
+          decode<F, false>(raw, sc, mn, b);
+        else
+          decode<F>(raw, sc, mn, b);
+      }
+      uint8_t* out = d + a * L::D_W + row * L::D_ROW;
+#pragma unroll
+      for (int v = 0; v < E / 8; ++v)
+        *reinterpret_cast<uint4*>(out + dq_offset<F>(row, 2 * E * cu + 16 * v)) =
+            make_uint4(b[4 * v], b[4 * v + 1], b[4 * v + 2], b[4 * v + 3]);
+    }
+  };
+  // PRE: the lane's 4 words v of weight a's tile nt, decoded (dbuf d)
+  auto decoded_b = [&](const uint8_t* d, int a, int nt, int v) {
+    const int row = wn * 8 * NT + 8 * nt + g;
+    return *reinterpret_cast<const uint4*>(d + a * L::D_W + row * L::D_ROW +
+                                           dq_offset<F>(row, 2 * E * c + 16 * v));
+  };
   auto load_stage = [&](int stage) {
 #pragma unroll
     for (int q = 0; q < KS; ++q)
@@ -309,10 +375,21 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   const int n_stages = (n_chunks + KS - 1) / KS;
 #pragma unroll
   for (int s = 0; s < NS - 1; ++s) load_stage(s);
-  for (int it = 0; it < n_stages; ++it) {
+  if constexpr (PRE) {  // chunk 0 decoded here; each iteration decodes the next
     cp_async_wait<NS - 2>();
-    __syncthreads();  // stage it has landed; stage (it - 1) % NS is free again
+    __syncthreads();
+    decode_chunk(sm, dbuf);
+  }
+  for (int it = 0; it < n_stages; ++it) {
+    // stage it has landed (PRE: it + 1 too; chunk it is decoded), stage
+    // (it - 1) % NS is free again (PRE: and decoded chunk it - 1's buffer)
+    cp_async_wait<PRE ? NS - 3 : NS - 2>();
+    __syncthreads();
     load_stage((it + NS - 1) % NS);
+    if constexpr (PRE)
+      if (it + 1 < n_stages)
+        decode_chunk(sm + ((it + 1) % NS) * CHUNK, dbuf + ((it + 1) & 1) * L::D_BYTES);
+    [[maybe_unused]] const uint8_t* d = dbuf + (it & 1) * L::D_BYTES;
 #pragma unroll
     for (int q = 0; q < KS; ++q) {
       if (it * KS + q >= n_chunks) break;
@@ -357,10 +434,12 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
         // tiles (registers for the sums, not for 16 B words per tile)
         uint4 raw[NACC][NT];
         float sc[NACC][NT], mn[NACC][NT];
+        if constexpr (!PRE) {
 #pragma unroll
-        for (int a = 0; a < NACC; ++a)
+          for (int a = 0; a < NACC; ++a)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) raw[a][nt] = staged_b(s, a, nt, sc[a][nt], mn[a][nt]);
+            for (int nt = 0; nt < NT; ++nt) raw[a][nt] = staged_b(s, a, nt, sc[a][nt], mn[a][nt]);
+        }
 #pragma unroll
         for (int v = 0; v < 4; ++v) {  // steps 2 v, 2 v + 1: elements 8 v .. 8 v + 7
           uint32_t b[NACC][NT][4];
@@ -368,6 +447,11 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
           for (int a = 0; a < NACC; ++a)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
+              if constexpr (PRE) {
+                const uint4 w = decoded_b(d, a, nt, v);
+                b[a][nt][0] = w.x, b[a][nt][1] = w.y, b[a][nt][2] = w.z, b[a][nt][3] = w.w;
+                continue;
+              }
               const uint4 r = raw[a][nt];
               const uint32_t word = v == 0 ? r.x : v == 1 ? r.y : v == 2 ? r.z : r.w;
               if (mins.eight)
@@ -398,6 +482,15 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
         for (int a = 0; a < NACC; ++a)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
+            if constexpr (PRE) {
+#pragma unroll
+              for (int v = 0; v < E / 8; ++v) {
+                const uint4 w = decoded_b(d, a, nt, v);
+                b[a][nt][4 * v] = w.x, b[a][nt][4 * v + 1] = w.y;
+                b[a][nt][4 * v + 2] = w.z, b[a][nt][4 * v + 3] = w.w;
+              }
+              continue;
+            }
             float sc, mn;
             const uint4 raw = staged_b(s, a, nt, sc, mn);
             if (F == Fmt::I8 && mins.none)  // (Q8_0: 16 of a chunk's 72 decode instructions)
@@ -496,12 +589,12 @@ __global__ void to_bf16_kernel(const float* x, int M, int n_in, int k_pad, uint3
   }
 }
 
-template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
-void launch(TParams& p, cudaStream_t st) {
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG, bool PRE>
+void launch_kernel(TParams& p, cudaStream_t st) {
   constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-  constexpr int SMEM = smem_bytes<F, WM, WN, MT, NT, GATED, IG>();
+  constexpr int SMEM = smem_bytes<F, WM, WN, MT, NT, GATED, IG, PRE>();
   static_assert(SMEM <= 227 * 1024, "an SM's shared memory");
-  auto kernel = mm_tiled_kernel<F, WM, WN, MT, NT, GATED, IG>;
+  auto kernel = mm_tiled_kernel<F, WM, WN, MT, NT, GATED, IG, PRE>;
   static bool raised = false;
   if (!raised) {
     WICK_CUDA_CHECK(
@@ -515,6 +608,17 @@ void launch(TParams& p, cudaStream_t st) {
   }
   kernel<<<dim3(unsigned(n_tiles), unsigned(ceil_div(p.M, BM))), WM * WN * 32, SMEM, st>>>(p);
   WICK_CUDA_LAUNCHED();
+}
+
+// The kernel for a tile shape: PRE where it pays (two warps share each
+// weight tile) and fits (the 4-bit gated kernel's decoded chunks would not
+// leave it a fourth stage), unless WICK_CUDA_PREDECODE=0.
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
+void launch(TParams& p, cudaStream_t st) {
+  constexpr bool kPre = WM == 2 && IG == 0 && (F == Fmt::I8 || (F == Fmt::U4 && !GATED));
+  if constexpr (kPre)
+    if (predecode()) return launch_kernel<F, WM, WN, MT, NT, GATED, IG, true>(p, st);
+  launch_kernel<F, WM, WN, MT, NT, GATED, IG, false>(p, st);
 }
 
 // CTAs of a (WM x WN)-warp tile over the jobs.
