@@ -104,6 +104,19 @@ inline int n_sms() {
   return n;
 }
 
+// The most dynamic shared memory a CTA may opt in to on this GPU (H100/H200
+// 227 KB, A100 163 KB, consumer GPUs 99 KB): kernels whose stages need more
+// than the 48 KB every GPU gives pick a smaller shape where it is less.
+inline int max_smem_optin() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return v > 0 ? v : 48 * 1024;
+  }();
+  return n;
+}
+
 // Launches `kernel` so that it may overlap the previous kernel's tail (its
 // weight loads need nothing from it); the kernel calls wait_for_previous_kernel.
 template <typename Kernel, typename... Args>

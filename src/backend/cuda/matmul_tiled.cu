@@ -610,14 +610,22 @@ void launch_kernel(TParams& p, cudaStream_t st) {
   WICK_CUDA_LAUNCHED();
 }
 
+// Whether a kernel's stages fit this GPU's shared memory (max_smem_optin).
+template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0, bool PRE = false>
+bool fits() {
+  return smem_bytes<F, WM, WN, MT, NT, GATED, IG, PRE>() <= max_smem_optin();
+}
+
 // The kernel for a tile shape: PRE where it pays (two warps share each
 // weight tile) and fits (the 4-bit gated kernel's decoded chunks would not
-// leave it a fourth stage), unless WICK_CUDA_PREDECODE=0.
+// leave it a fourth stage on an H100; an A100 holds none of them), unless
+// WICK_CUDA_PREDECODE=0.
 template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
 void launch(TParams& p, cudaStream_t st) {
   constexpr bool kPre = WM == 2 && IG == 0 && (F == Fmt::I8 || (F == Fmt::U4 && !GATED));
   if constexpr (kPre)
-    if (predecode()) return launch_kernel<F, WM, WN, MT, NT, GATED, IG, true>(p, st);
+    if (predecode() && fits<F, WM, WN, MT, NT, GATED, IG, true>())
+      return launch_kernel<F, WM, WN, MT, NT, GATED, IG, true>(p, st);
   launch_kernel<F, WM, WN, MT, NT, GATED, IG, false>(p, st);
 }
 
@@ -646,14 +654,22 @@ void dispatch_tile(TParams& p, cudaStream_t st) {
   constexpr bool U4 = F == Fmt::U4;
   constexpr int NT = GATED || U4 ? 2 : 4, MT = IG ? (U4 && GATED ? 1 : 2) : 4, R = 16 * MT;
   const int want = 6 * n_sms();
-  if (8 * n_ctas(p, 2 * R, 32 * NT) >= want) return launch<F, 2, 4, MT, NT, GATED, IG>(p, st);
-  if (4 * n_ctas(p, 2 * R, 16 * NT) >= want) return launch<F, 2, 2, MT, NT, GATED, IG>(p, st);
+  // (shapes whose stages a GPU's shared memory cannot hold are passed over;
+  // the last one's fit every GPU's 48 KB)
+  constexpr int MT1 = MT < 2 ? MT : 2;
+  static_assert(smem_bytes<F, 1, 1, MT1, NT, GATED, IG, false>() <= 48 * 1024, "any GPU");
+  if (8 * n_ctas(p, 2 * R, 32 * NT) >= want && fits<F, 2, 4, MT, NT, GATED, IG>())
+    return launch<F, 2, 4, MT, NT, GATED, IG>(p, st);
+  if (4 * n_ctas(p, 2 * R, 16 * NT) >= want && fits<F, 2, 2, MT, NT, GATED, IG>())
+    return launch<F, 2, 2, MT, NT, GATED, IG>(p, st);
   if constexpr (NT == 4 && IG == 0)  // (a 2 x 2 of them has as many warps as this)
-    if (8 * n_ctas(p, 2 * R, 64) >= want) return launch<F, 2, 4, MT, 2, GATED>(p, st);
-  if (2 * n_ctas(p, R, 16 * NT) >= want) return launch<F, 1, 2, MT, NT, GATED, IG>(p, st);
+    if (8 * n_ctas(p, 2 * R, 64) >= want && fits<F, 2, 4, MT, 2, GATED>())
+      return launch<F, 2, 4, MT, 2, GATED>(p, st);
+  if (2 * n_ctas(p, R, 16 * NT) >= want && fits<F, 1, 2, MT, NT, GATED, IG>())
+    return launch<F, 1, 2, MT, NT, GATED, IG>(p, st);
   // (one-warp CTAs of the same warp tile never have more warps than these
   // two-warp ones: ceil(n / 8 NT) <= 2 ceil(n / 16 NT); no launch for them)
-  launch<F, 1, 1, (MT < 2 ? MT : 2), NT, GATED, IG>(p, st);
+  launch<F, 1, 1, MT1, NT, GATED, IG>(p, st);
 }
 
 }  // namespace
