@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
       "                           tensor cores, not by dp4a (default 1; the same results)\n"
       "  WICK_CUDA_TILED_U4       0: 4-bit weights' prefill on the decode kernel's tiles (default "
       "1)\n"
+      "  WICK_CUDA_SMEM_LIMIT     bytes: size kernels for a GPU of this much shared memory\n"
+      "                           (tests; default: the GPU's own; the same results)\n"
       "  WICK_CUDA_PREDECODE      0: the prefill kernel's warps decode 8/4-bit weights each,\n"
       "                           not once a CTA (default 1; the same results)\n"
       "  WICK_CUDA_X_STAGE        0: decode products read x from global memory, not staged in\n"

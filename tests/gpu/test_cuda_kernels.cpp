@@ -514,6 +514,54 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
     }
 }
 
+// On a GPU of less shared memory (an A100's 163 KB, an RTX 4090's 99 KB;
+// played here by set_smem_limit) the products take smaller shapes: the
+// prefill kernel no PRE and narrower CTAs, the decode kernel 16-row tiles
+// where 32 gated slices of 32 rows would not fit. The same bits as this
+// GPU's own shapes, prefill (512 rows) and decode steps of 24 and 40 rows
+// at 32 slices, plain and gate/up.
+TEST(CudaSmemLimit, SmallerGpusKeepTheBits) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  std::mt19937 rng(17);
+  struct Restore {
+    ~Restore() {
+      cuda::set_smem_limit(0);
+      cuda::set_kw_force(0);
+    }
+  } restore;
+  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    const int64_t n_in = 4096, n_out = 2048;
+    auto hg = random_weight(t, n_out, n_in, rng), hu = random_weight(t, n_out, n_in, rng);
+    const Weight g = be->prepare_matrix(Weight{t, n_out, n_in, hg.data()});
+    const Weight u = be->prepare_matrix(Weight{t, n_out, n_in, hu.data()});
+    for (int64_t n_rows : {512, 24, 40}) {
+      auto x = randn(size_t(n_rows * n_in), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      cuda::set_kw_force(n_rows == 512 ? 0 : 32);
+      auto products = [&](int limit) {
+        cuda::set_smem_limit(limit);
+        Buffer y = be->alloc(size_t(n_rows * n_out) * 4),
+               gy = be->alloc(size_t(n_rows * n_out) * 4),
+               uy = be->alloc(size_t(n_rows * n_out) * 4);
+        be->matmul(g, dx.as<float>(), n_rows, y.as<float>());
+        be->matmul_gate_up(g, u, dx.as<float>(), n_rows, gy.as<float>(), uy.as<float>());
+        return std::vector<std::vector<float>>{to_host<float>(*be, y, size_t(n_rows * n_out)),
+                                               to_host<float>(*be, gy, size_t(n_rows * n_out))};
+      };
+      const auto own = products(0);
+      for (int limit : {163 * 1024, 99 * 1024}) {
+        const auto small = products(limit);
+        for (size_t i = 0; i < own.size(); ++i)
+          EXPECT_TRUE(small[i] == own[i]) << dtype_name(t) << " rows " << n_rows << " limit "
+                                          << limit << (i ? " gate/up" : " plain");
+      }
+    }
+    be->release_matrix(g);
+    be->release_matrix(u);
+  }
+}
+
 // Embedding rows are the CPU's dequantized rows exactly, for every type.
 TEST(CudaEmbed, RowsEqualCpuDequantization) {
   WICK_REQUIRE_GPU();

@@ -644,16 +644,20 @@ int n_parts_for(const BatchArgs& b) {
 
 // The decode kernel spreads a partition's chunks over its warps; with more
 // CTAs than half the SMs the tiled kernel, small enough to share an SM with
-// its neighbours in the stream, is quicker. Both give the same bits.
+// its neighbours in the stream, is quicker. Both give the same bits. (Its
+// stages take 169-178 KB: a GPU of less shared memory, an A100 or an RTX
+// 4090, runs the tiled kernel.)
+template <int HD>
 bool decode_kernel_for(const AttnArgs& a, const BatchArgs& b, int G, int n_parts) {
   const int64_t n_ctas = int64_t(b.n_runs) * a.n_head_kv * n_parts;
-  return int64_t(b.max_run) * G <= 16 && 2 * n_ctas <= n_sms() && decode_kernel_on();
+  return int64_t(b.max_run) * G <= 16 && 2 * n_ctas <= n_sms() && decode_kernel_on() &&
+         decode_smem<HD>() <= size_t(max_smem_optin());
 }
 
 template <int HD, bool FILL>
 void launch_f16_kernels(const AttnArgs& a, const BatchArgs& b, int G, int n_parts,
                         cudaStream_t st) {
-  if (decode_kernel_for(a, b, G, n_parts)) {
+  if (decode_kernel_for<HD>(a, b, G, n_parts)) {
     auto kernel = attn_f16_decode_kernel<HD, FILL>;
     static bool raised = false;
     if (!raised) {
@@ -675,7 +679,7 @@ template <int HD>
 bool launch_f16(const AttnArgs& a0, const BatchArgs& b, cudaStream_t st) {
   const int G = a0.n_head / a0.n_head_kv, n_parts = n_parts_for(b);
   AttnArgs a = a0;  // the form: the decode kernel (and the combine), whole warps of one head
-  const bool form = a.out_form.any() && HD >= 32 && decode_kernel_for(a, b, G, n_parts);
+  const bool form = a.out_form.any() && HD >= 32 && decode_kernel_for<HD>(a, b, G, n_parts);
   if (!form) a.out_form = IntOut{};
   if (b.block_fill)
     launch_f16_kernels<HD, true>(a, b, G, n_parts, st);

@@ -105,9 +105,8 @@ inline int n_sms() {
 }
 
 // The most dynamic shared memory a CTA may opt in to on this GPU (H100/H200
-// 227 KB, A100 163 KB, consumer GPUs 99 KB): kernels whose stages need more
-// than the 48 KB every GPU gives pick a smaller shape where it is less.
-inline int max_smem_optin() {
+// 227 KB, A100 163 KB, other Ampere and Ada GPUs 99 KB).
+inline int device_smem_optin() {
   static const int n = [] {
     int dev = 0, v = 0;
     cudaGetDevice(&dev);
@@ -115,6 +114,14 @@ inline int max_smem_optin() {
     return v > 0 ? v : 48 * 1024;
   }();
   return n;
+}
+int smem_limit();  // WICK_CUDA_SMEM_LIMIT, set_smem_limit (matmul.cu): 0 none
+// What the kernels size their shared memory by: the GPU's, or less where a
+// test plays a smaller GPU (WICK_CUDA_SMEM_LIMIT). Kernels that would need
+// more take a smaller shape or another kernel, with the same bits.
+inline int max_smem_optin() {
+  const int limit = smem_limit(), dev = device_smem_optin();
+  return limit > 0 && limit < dev ? limit : dev;
 }
 
 // Launches `kernel` so that it may overlap the previous kernel's tail (its

@@ -177,6 +177,11 @@ bool tiled_u4();
 // warp decodes the weights of its own tiles; the same bits either way).
 void set_predecode(bool on);
 bool predecode();
+// A lower ceiling on the kernels' shared memory than the GPU's own
+// (WICK_CUDA_SMEM_LIMIT, bytes, >= 49,152; 0: none), so that the shapes and
+// kernels a smaller GPU takes (an A100's 163 KB, an RTX 4090's 99 KB) run
+// and are tested on any GPU; the same bits either way.
+void set_smem_limit(int bytes);
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);

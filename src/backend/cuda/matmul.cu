@@ -668,6 +668,12 @@ constexpr size_t kMaxSmem = 160 * 1024;
 size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
   return (size_t(kw) * (gated ? 2 : 1) + (rope ? 1 : 0)) * 16 * mt * 8 * nt * sizeof(float);
 }
+// What a launch may take: kMaxSmem, or less on a GPU with less (A100: 163
+// KB; other Ampere and Ada GPUs 99 KB, where 32-row tiles of 32 gated
+// slices, 128 KB, give way to 16-row ones).
+size_t smem_cap() {
+  return std::min(kMaxSmem, size_t(max_smem_optin()));
+}
 // The shared memory of x's stage (XS) for M rows of weights of format f
 // and k_pad: 0 where it is off (WICK_CUDA_X_STAGE=0, set_x_stage) or over
 // kMaxStage (2 bytes an element and row: 16 rows up to k = 1,472, 8 up to
@@ -687,16 +693,20 @@ size_t x_stage_bytes(Fmt f, int M, int k_pad) {
 // Whether 64-row tiles (4 x 4, or 4 x 2 gated: 8 KiB a slice) of kw slices
 // fit: up to 20 slices; more take 32-row tiles, which never change the sums.
 bool rows64_fit(int kw) {
-  return mm_smem(kw, 4, 4, false, false) <= kMaxSmem;
+  return mm_smem(kw, 4, 4, false, false) <= smem_cap();
+}
+// Whether 32-row tiles (2 x 2, 2 KiB a slice and accumulator) fit.
+bool rows32_fit(int kw, bool gated) {
+  return mm_smem(kw, 2, 2, gated, false) <= smem_cap();
 }
 
-// Per kernel, once: up to 160 KiB of shared memory, and the most warps a
-// CTA can have with its registers.
+// Per kernel, once: up to 160 KiB of shared memory (what the GPU has, if
+// less), and the most warps a CTA can have with its registers.
 template <auto Kernel>
 int max_warps_of() {
   static const int max_warps = [] {
-    WICK_CUDA_CHECK(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+    WICK_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(std::min(kMaxSmem, size_t(device_smem_optin())))));
     cudaFuncAttributes a{};
     WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, Kernel));
     return std::max(1, a.maxThreadsPerBlock / 32);
@@ -825,7 +835,7 @@ template <Fmt F, int MT, int NT, bool GATED, bool GROUPED, bool ROPE = false, bo
           int IG = 0>
 void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   const size_t smem = mm_smem(p.kw, MT, NT, GATED, ROPE);
-  if (smem > kMaxSmem)
+  if (smem > smem_cap())
     throw std::logic_error("mm: " + std::to_string(p.kw) + " slices of " + std::to_string(16 * MT) +
                            "x" + std::to_string(8 * NT) + " tiles need " +
                            std::to_string(smem / 1024) + " KiB of shared memory");
@@ -834,7 +844,7 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
   // spilled 2.6 times as much with it)
   if constexpr (MT == 1 && NT == 1 && !GROUPED && IG == 0) {
     const size_t xs = x_stage_bytes(F, p.M, p.k_pad);
-    if (xs && smem + xs <= kMaxSmem) {
+    if (xs && smem + xs <= smem_cap()) {
       p.xs_rs = xs_rs_of(F, p.k_pad);
       return launch_kernel<mm_kernel<F, MT, NT, GATED, GROUPED, ROPE, NORM, IG, true>, MT, ROPE>(
           p, n_tiles_x, n_tiles_y, smem + xs, st);
@@ -852,12 +862,13 @@ void launch(Params& p, int n_tiles_x, int n_tiles_y, cudaStream_t st) {
         int n_rows = 0;
         for (int j = 0; j < p.n_jobs; ++j) n_rows += p.jobs[j].w.n_out;
         const size_t smem4 = mm_smem(p.kw, 1, 4, false, false) + stage;
-        if (n_rows >= decode_tall_rows() && smem4 <= kMaxSmem) {
+        if (n_rows >= decode_tall_rows() && smem4 <= smem_cap()) {
           Params p4 = p;
           if (launch_dp<F, IG, false, false, 4>(p4, set_tile_starts(p4, 4), smem4, st)) return;
         }
       }
-      if (smem + stage <= kMaxSmem && launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st))
+      if (smem + stage <= smem_cap() &&
+          launch_dp<F, IG, GATED, ROPE>(p, n_tiles_x, smem + stage, st))
         return;
     }
   // integer products' 8-bit decode kernels at 128 registers (mm_kernel_r128)
@@ -933,11 +944,12 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
     }
   }
   // rows a CTA covers (a grouped launch: as its tile list was cut)
-  const int tile_rows = GROUPED            ? p.tile_rows
-                        : p.M <= 16        ? 16
-                        : p.M <= 32        ? 32
-                        : rows64_fit(p.kw) ? 64
-                                           : 32;
+  const int tile_rows = GROUPED                    ? p.tile_rows
+                        : p.M <= 16                ? 16
+                        : !rows32_fit(p.kw, GATED) ? 16
+                        : p.M <= 32                ? 32
+                        : rows64_fit(p.kw)         ? 64
+                                                   : 32;
   if (tile_rows == 16) {
     // Tall matrices (the output head, gate/up) take several 8-row tiles per
     // warp: more loads in flight per lane, fewer CTAs to start.
@@ -1069,13 +1081,14 @@ bool launch_fused(Params& p, int n_tiles, cudaStream_t st) {
   }
 }
 
-std::atomic<int> g_int{-1};        // -1: WICK_CUDA_INT_MMA not read yet
-std::atomic<int> g_norm_int{-1};   // -1: WICK_CUDA_NORM_INT not read yet
-std::atomic<int> g_tiled_u4{-1};   // -1: WICK_CUDA_TILED_U4 not read yet
-std::atomic<int> g_predecode{-1};  // -1: WICK_CUDA_PREDECODE not read yet
-std::atomic<int> g_int_r128{-1};   // -1: WICK_CUDA_INT_R128 not read yet
-std::atomic<int> g_x_stage{-1};    // -1: WICK_CUDA_X_STAGE not read yet
-std::atomic<int> g_int_dp4a{-1};   // -1: WICK_CUDA_INT_DP4A not read yet
+std::atomic<int> g_int{-1};         // -1: WICK_CUDA_INT_MMA not read yet
+std::atomic<int> g_norm_int{-1};    // -1: WICK_CUDA_NORM_INT not read yet
+std::atomic<int> g_tiled_u4{-1};    // -1: WICK_CUDA_TILED_U4 not read yet
+std::atomic<int> g_predecode{-1};   // -1: WICK_CUDA_PREDECODE not read yet
+std::atomic<int> g_smem_limit{-1};  // -1: WICK_CUDA_SMEM_LIMIT not read yet
+std::atomic<int> g_int_r128{-1};    // -1: WICK_CUDA_INT_R128 not read yet
+std::atomic<int> g_x_stage{-1};     // -1: WICK_CUDA_X_STAGE not read yet
+std::atomic<int> g_int_dp4a{-1};    // -1: WICK_CUDA_INT_DP4A not read yet
 
 // A switch read from `name` on first use (unless a setter came first).
 bool env_switch(std::atomic<int>& v, const char* name, bool fallback) {
@@ -1224,6 +1237,23 @@ void set_tiled_u4(bool on) {
   g_tiled_u4 = on ? 1 : 0;
 }
 
+int smem_limit() {
+  if (g_smem_limit.load() < 0) {
+    int unread = -1;
+    const int v = env_int("WICK_CUDA_SMEM_LIMIT", 0);
+    if (v && v < 48 * 1024)
+      throw std::invalid_argument("WICK_CUDA_SMEM_LIMIT: at least 49152 bytes, not " +
+                                  std::to_string(v));
+    g_smem_limit.compare_exchange_strong(unread, v);
+  }
+  return g_smem_limit.load();
+}
+
+void set_smem_limit(int bytes) {
+  if (bytes && bytes < 48 * 1024) throw std::invalid_argument("set_smem_limit: 0 or >= 49152");
+  g_smem_limit = bytes;
+}
+
 bool predecode() {
   return env_switch(g_predecode, "WICK_CUDA_PREDECODE", true);
 }
@@ -1324,6 +1354,7 @@ int grouped_tile_rows(int n_rows, const GpuWeight& gate, const GpuWeight& down) 
   // (kw_for gives at most kw_max)
   const bool int_gate = int_path(gate), int_down = int_path(down);
   if (n_rows <= 16 || (int_gate && gate.fmt == Fmt::U4)) return 16;
+  if (!int_gate && !rows32_fit(kw_max(), true)) return 16;  // (a GPU of less shared memory)
   return n_rows <= 32 || int_gate || int_down || !rows64_fit(kw_max()) ? 32 : 64;
 }
 
