@@ -22,6 +22,12 @@ parts, both since session 61:
    pair 2 st + 1, row g + 8's, of the lane's E elements), zeros for rows past M;
    and each load's quarter warps must touch 8 distinct 16-byte segments of 128
    bytes (no bank conflicts).
+4. The ring (mm_tiled_kernel's loop, with and without PRE): cp.async groups,
+   wait_group counts, barriers, stage slots and decoded buffers, for every
+   chunk count up to 3 NS: each read of a slot or buffer (the mma's chunk, PRE's
+   decode of the next) finds the chunk it wants, its copies complete and behind
+   a barrier, and no copy or decode writes what another read of the same phase
+   (between two barriers) uses.
 3. Weights decoded once a CTA (PRE: decode_chunk, decoded_b, dq_offset): each
    thread's lane loads u = t + i NTHR (weight u / 4 BN, row (u / 4) % BN, lane
    u % 4) decode into the bf16 tile, then every mma lane's loads of its E / 2
@@ -268,6 +274,72 @@ def check_predecode(E, WM, WN, NT, NACC):
     return n
 
 
+def check_ring(NS, PRE, n_chunks):
+    """Replays the loop's events in order (every thread runs the same ones)."""
+    groups = []        # per commit: the (slot, chunk) copies in it
+    slot = {}          # slot -> (chunk, group index) of the last copies issued
+    done = -1          # groups complete by the last wait
+    visible = -1       # groups complete and behind a barrier
+    dbuf = {}          # buffer -> (chunk, phase written)
+    phase = 0
+    writes = []        # this phase's writes: ("slot", s) or ("dbuf", b)
+    reads = []
+    state = {"ld": 0}
+
+    def load_stage(sl):
+        c = state["ld"]
+        copies = []
+        if c < n_chunks:
+            copies.append((sl, c))
+            slot[sl] = (c, len(groups))
+            state["ld"] += 1
+            writes.append(("slot", sl))
+        groups.append(copies)
+
+    def wait(n):
+        nonlocal done
+        done = max(done, len(groups) - 1 - n)
+
+    def barrier():
+        nonlocal visible, phase, writes, reads
+        for w in writes:
+            assert w not in reads, ("a write and a read of one phase", NS, PRE, n_chunks, w)
+        visible = done
+        phase += 1
+        writes, reads = [], []
+
+    def read_slot(sl, c):
+        got, g = slot.get(sl, (None, None))
+        assert got == c, ("slot holds another chunk", NS, PRE, n_chunks, sl, c, got)
+        assert g <= visible, ("copies not landed or not behind a barrier", NS, PRE, n_chunks, c)
+        reads.append(("slot", sl))
+
+    def decode(c):
+        read_slot(c % NS, c)
+        dbuf[c & 1] = (c, phase)
+        writes.append(("dbuf", c & 1))
+
+    for st in range(NS - 1):
+        load_stage(st)
+    if PRE:
+        wait(NS - 2)
+        barrier()
+        decode(0)
+    for it in range(n_chunks):
+        wait(NS - 3 if PRE else NS - 2)
+        barrier()
+        load_stage((it + NS - 1) % NS)
+        if PRE and it + 1 < n_chunks:
+            decode(it + 1)
+        read_slot(it % NS, it)  # x's tile (and the weights' without PRE)
+        if PRE:
+            got, ph = dbuf.get(it & 1, (None, None))
+            assert got == it and ph < phase, ("decoded chunk missing", NS, it, got)
+            reads.append(("dbuf", it & 1))
+    barrier()
+    return n_chunks
+
+
 def main():
     # dispatch_tile's shapes, and more: (fmt, WM, WN, MT, NT, gated, IG)
     shapes = []
@@ -314,6 +386,11 @@ def main():
             total += check_predecode(E, 2, WN, NT, NACC)
     print(f"predecode ok: {n_shapes} tile shapes, {total} lane loads, each its own decode, "
           "no bank conflicts")
+    n = 0
+    for NS, PRE in ((4, False), (3, False), (5, True), (4, True), (3, True)):
+        for n_chunks in range(1, 3 * NS + 1):
+            n += check_ring(NS, PRE, n_chunks)
+    print(f"ring ok: {n} chunks through rings of 3-5 stages, with and without PRE")
 
 
 if __name__ == "__main__":
