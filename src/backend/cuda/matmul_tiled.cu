@@ -69,9 +69,9 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // Chunks per stage (one barrier each) and stages in the ring. (A 4-bit
 // chunk is 128 elements: its x tile alone is 32 KB at 128 rows; three
-// stages, 120 KB, leave the SM's shared memory half free.) PRE (weights
-// decoded once a CTA, one chunk ahead): a stage more, since the chunk after
-// the one in use must have landed too.
+// stages of gate/up, 132 KB with the scales, leave the SM's shared memory
+// 95 KB.) PRE (weights decoded once a CTA, one chunk ahead): a stage more,
+// since the chunk after the one in use must have landed too.
 template <Fmt F>
 constexpr int chunks_per_stage() {
   return F == Fmt::I8 || F == Fmt::U4 ? 1 : 2;
