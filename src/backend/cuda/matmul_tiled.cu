@@ -304,21 +304,24 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
   }
 
   ChunkOrder ld, use;
-  // bf16 products: the lane's 16 bytes of weight a's 8-row tile nt in stage
-  // s, and (8/4-bit) their group's scale and min (group_min's; zeros past
-  // n_out, where the stage holds zeros)
-  auto staged_b = [&](const uint8_t* s, int a, int nt, float& sc, float& mn) {
+  // bf16 products: lane load cl (16 bytes) of weight a's tile row `row` in
+  // stage s, and (8/4-bit) its group's scale and min (group_min's; zeros
+  // past n_out, where the stage holds zeros)
+  auto stage_load = [&](const uint8_t* s, int a, int row, int cl, float& sc, float& mn) {
     const GpuWeight& Wa = a == 0 ? W : p.up;
-    const int row = wn * 8 * NT + 8 * nt + g;
     sc = mn = 0.f;
     if constexpr (L::kGroups) {
-      const int at = row * L::G_ROW + 4 * ((E * c) >> g_shift);
+      const int at = row * L::G_ROW + 4 * ((E * cl) >> g_shift);
       sc = *reinterpret_cast<const float*>(s + L::SCALE + a * L::G_BYTES + at);
       mn = Wa.min    ? *reinterpret_cast<const float*>(s + L::MIN + a * L::G_BYTES + at)
            : Wa.min8 ? 8.f * sc
                      : 0.f;
     }
-    return *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * c);
+    return *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * cl);
+  };
+  // the lane's load of weight a's 8-row tile nt
+  auto staged_b = [&](const uint8_t* s, int a, int nt, float& sc, float& mn) {
+    return stage_load(s, a, wn * 8 * NT + 8 * nt + g, c, sc, mn);
   };
   // PRE: the weights of the chunk in stage s decoded into d (all threads;
   // thread t takes lane loads t, t + NTHR, ...: row (u / 4) % BN, lane u % 4
@@ -330,14 +333,8 @@ __global__ void __launch_bounds__(WM* WN * 32, 1)
       const int u = int(threadIdx.x) + i * NTHR;
       if (UNITS % NTHR != 0 && u >= UNITS) break;
       const int a = u / (4 * BN), row = (u / 4) % BN, cu = u % 4;
-      const GpuWeight& Wa = a == 0 ? W : p.up;
-      const int at = row * L::G_ROW + 4 * ((E * cu) >> g_shift);
-      const float sc = *reinterpret_cast<const float*>(s + L::SCALE + a * L::G_BYTES + at);
-      const float mn = Wa.min    ? *reinterpret_cast<const float*>(s + L::MIN + a * L::G_BYTES + at)
-                       : Wa.min8 ? 8.f * sc
-                                 : 0.f;
-      const uint4 raw =
-          *reinterpret_cast<const uint4*>(s + A_BYTES + a * B_BYTES + row * 64 + 16 * cu);
+      float sc, mn;
+      const uint4 raw = stage_load(s, a, row, cu, sc, mn);
       uint32_t b[E / 2];
       if constexpr (F == Fmt::U4) {
         if (mins.eight)
