@@ -157,13 +157,24 @@ def quad_rows(M):
     return (M + 15) // 16 * 16 if M > 0 else 0
 
 
-def quad_offset(E, pair_row, o):
-    odd = pair_row & 1
-    if E == 8:
+def seg_swizzle(lane_bytes, row, o):
+    """Byte o of a row whose lanes c read lane_bytes each at lane_bytes c + 16 j."""
+    odd = row & 1
+    if lane_bytes == 32:
         return o ^ (16 * odd)
-    if E == 16:
+    if lane_bytes == 64:
         return o ^ (16 * (((o >> 7) & 1) | (odd << 1)))
     return o ^ (16 * (((o >> 7) & 3) | (odd << 2)))
+
+
+def quad_offset(E, pair_row, o):
+    return seg_swizzle(4 * E, pair_row, o)
+
+
+def distinct_segments(addrs):
+    """Whether a quarter warp's 16-byte accesses hit 8 distinct segments of 128 bytes."""
+    segs = [(b // 16) % 8 for b in addrs]
+    return len(set(segs)) == len(segs)
 
 
 def check_quads(E, WM, WN, MT, k_pad, M, m0):
@@ -217,18 +228,9 @@ def check_quads(E, WM, WN, MT, k_pad, M, m0):
                     n_reads += 1
                     segs.setdefault(lane // 8, {})[byte] = None
                 for q, addrs in segs.items():  # a quarter warp: distinct segments of 128 B
-                    s_ = [(b // 16) % 8 for b in addrs]
-                    assert len(set(s_)) == len(s_), ("bank conflict", E, st, mt, q, sorted(addrs))
+                    assert distinct_segments(addrs), ("bank conflict", E, st, mt, q, sorted(addrs))
     return n_reads
 
-
-def seg_swizzle(lane_bytes, row, o):
-    odd = row & 1
-    if lane_bytes == 32:
-        return o ^ (16 * odd)
-    if lane_bytes == 64:
-        return o ^ (16 * (((o >> 7) & 1) | (odd << 1)))
-    return o ^ (16 * (((o >> 7) & 3) | (odd << 2)))
 
 
 def check_predecode(E, WM, WN, NT, NACC):
@@ -252,8 +254,7 @@ def check_predecode(E, WM, WN, NT, NACC):
                     smem[byte + 4 * j] = (a, row, cu, 4 * v + j)
                 segs.setdefault((v, t // 8), []).append(byte)
         for (v, q), addrs in segs.items():
-            s_ = [(b // 16) % 8 for b in addrs]
-            assert len(set(s_)) == len(s_), ("store bank conflict", E, v, q, addrs)
+            assert distinct_segments(addrs), ("store bank conflict", E, v, q, addrs)
     assert len(smem) == NACC * D_W // 4, "a word not written"
     n = 0
     for warp, a, nt, v in itertools.product(range(WM * WN), range(NACC), range(NT),
@@ -269,8 +270,7 @@ def check_predecode(E, WM, WN, NT, NACC):
             segs.setdefault(lane // 8, {})[byte] = None
             n += 1
         for q, addrs in segs.items():
-            s_ = [(b // 16) % 8 for b in addrs]
-            assert len(set(s_)) == len(s_), ("load bank conflict", E, v, q, sorted(addrs))
+            assert distinct_segments(addrs), ("load bank conflict", E, v, q, sorted(addrs))
     return n
 
 
