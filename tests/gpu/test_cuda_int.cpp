@@ -327,6 +327,8 @@ TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
   const int r128_was = cuda::int_r128();
+  const bool dp4a_was = cuda::int_dp4a();
+  cuda::set_int_dp4a(false);  // (else one row takes dp_kernel at every level)
   auto be = cuda_backend();
   std::mt19937 rng(57);
   const int64_t D = 2048, F = 1536;
@@ -369,6 +371,7 @@ TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
     for (auto& wi : w) be->release_matrix(wi);
   }
   cuda::set_int_r128(r128_was);
+  cuda::set_int_dp4a(dp4a_was);
 }
 
 // Integer products of decode steps by dp4a (set_int_dp4a, matmul_dp4a.cuh)

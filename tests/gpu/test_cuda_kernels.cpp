@@ -248,6 +248,7 @@ struct XStage {
 TEST(CudaMatmul, StagedActivationsKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);
+  IntProducts bf16(false);  // (integer products never stage x: gpu_check's int stage)
   std::mt19937 rng(58);
   for (DType t : {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q4_0, DType::Q4_1})
     for (int64_t n_in : {int64_t(768), int64_t(2560), int64_t(4864)}) {
@@ -322,6 +323,52 @@ TEST(CudaMatmulFused, QkvAndGateUpEqualSeparateProducts) {
       EXPECT_EQ(to_host<float>(*be, g, size_t(n_rows * F)),
                 to_host<float>(*be, g1, size_t(n_rows * F)))
           << dtype_name(t) << " rows " << n_rows;
+    }
+}
+
+// gate/up whose weights carry a LoRA term run as two products (the terms add
+// before silu(g) * u); matmul_gate_up_apart gives them the fused launch's
+// slice count, so rows without an adapter keep the fused bits. At SmolLM2-
+// 360M's shape (2,560 x 960) gated and plain launches take different counts
+// on an H100/H200 (by the waves rule: 4 against 7 or 8), so apart at the
+// plain count would differ. Decode rows (1, 5) and a prefill's (70: the
+// tiled kernel), integer products too.
+TEST(CudaMatmulFused, GateUpApartKeepsTheFusedBits) {
+  WICK_REQUIRE_GPU();
+  auto be = cuda_backend();
+  std::mt19937 rng(61);
+  const int64_t D = 960, F = 2560;
+  for (bool int_mma : {false, true})
+    for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
+      if (int_mma && t == DType::BF16) continue;
+      IntProducts scope(int_mma);
+      auto gb = random_weight(t, F, D, rng), ub = random_weight(t, F, D, rng);
+      const Weight wg = be->prepare_matrix(Weight{t, F, D, gb.data()}),
+                   wu = be->prepare_matrix(Weight{t, F, D, ub.data()});
+      const auto &g = *static_cast<const cuda::GpuWeight*>(wg.aux),
+                 &u = *static_cast<const cuda::GpuWeight*>(wu.aux);
+      for (int64_t n_rows : {1, 5, 70}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + (int_mma ? " integer" : "") + " rows " +
+                     std::to_string(n_rows));
+        auto x = randn(size_t(n_rows * D), rng);
+        Buffer dx = to_device(*be, x.data(), x.size() * 4);
+        Buffer fg = be->alloc(size_t(n_rows * F) * 4), fu = be->alloc(size_t(n_rows * F) * 4),
+               ag = be->alloc(size_t(n_rows * F) * 4), au = be->alloc(size_t(n_rows * F) * 4),
+               xb = be->alloc(cuda::matmul_scratch_bytes(int(n_rows), g.k_pad));
+        be->matmul_gate_up(wg, wu, dx.as<float>(), n_rows, fg.as<float>(), fu.as<float>());
+        be->sync();
+        cudaStream_t st = nullptr;
+        ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+        cuda::matmul_gate_up_apart(g, u, dx.as<float>(), int(n_rows), ag.as<float>(),
+                                   au.as<float>(), xb.data(), st);
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        cudaStreamDestroy(st);
+        be->silu_mul(ag.as<float>(), au.as<float>(), n_rows * F);
+        EXPECT_EQ(to_host<float>(*be, ag, size_t(n_rows * F)),
+                  to_host<float>(*be, fg, size_t(n_rows * F)));
+      }
+      be->release_matrix(wg);
+      be->release_matrix(wu);
     }
 }
 
@@ -471,32 +518,41 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
       // decoded once a CTA but 4-bit gate/up), which the small problems
       // above never reach; and 2,048 of its rows alone, which 8- and 16-bit
       // weights' bf16 products take in 2-column-tile warps (dispatch_tile,
-      // on a GPU of 86 to 170 SMs)
+      // on a GPU of 86 to 170 SMs); and a short k (256: 4 chunks of 8-bit
+      // weights, 2 of 4-bit, fewer than the ring's stages) in the same wide
+      // CTAs, 500 rows (the last 16-row tile cut by M)
       const int64_t n_in = 1024, n_out = 4096, n_half = 2048, n_rows = 512;
+      const int64_t n_in_s = 256, n_rows_s = 500;
       auto hg = random_weight(t, n_out, n_in, rng), hu = random_weight(t, n_out, n_in, rng);
+      auto hs = random_weight(t, n_out, n_in_s, rng);
       const Weight g = be->prepare_matrix(Weight{t, n_out, n_in, hg.data()});
       const Weight u = be->prepare_matrix(Weight{t, n_out, n_in, hu.data()});
       const Weight h = be->prepare_matrix(Weight{t, n_half, n_in, hg.data()});
-      auto x = randn(size_t(n_rows * n_in), rng);
-      Buffer dx = to_device(*be, x.data(), x.size() * 4);
+      const Weight s = be->prepare_matrix(Weight{t, n_out, n_in_s, hs.data()});
+      auto x = randn(size_t(n_rows * n_in), rng), xs = randn(size_t(n_rows_s * n_in_s), rng);
+      Buffer dx = to_device(*be, x.data(), x.size() * 4),
+             dxs = to_device(*be, xs.data(), xs.size() * 4);
       auto products = [&](cuda::MatmulPath path) {
         cuda::set_matmul_path(path);
         Buffer y = be->alloc(size_t(n_rows * n_out) * 4),
                gy = be->alloc(size_t(n_rows * n_out) * 4),
                uy = be->alloc(size_t(n_rows * n_out) * 4),
-               hy = be->alloc(size_t(n_rows * n_half) * 4);
+               hy = be->alloc(size_t(n_rows * n_half) * 4),
+               sy = be->alloc(size_t(n_rows_s * n_out) * 4);
         be->matmul(g, dx.as<float>(), n_rows, y.as<float>());
         be->matmul_gate_up(g, u, dx.as<float>(), n_rows, gy.as<float>(), uy.as<float>());
         be->matmul(h, dx.as<float>(), n_rows, hy.as<float>());
+        be->matmul(s, dxs.as<float>(), n_rows_s, sy.as<float>());
         return std::vector<std::vector<float>>{to_host<float>(*be, y, size_t(n_rows * n_out)),
                                                to_host<float>(*be, gy, size_t(n_rows * n_out)),
-                                               to_host<float>(*be, hy, size_t(n_rows * n_half))};
+                                               to_host<float>(*be, hy, size_t(n_rows * n_half)),
+                                               to_host<float>(*be, sy, size_t(n_rows_s * n_out))};
       };
       const auto tiled = products(cuda::MatmulPath::Tiled);
       const auto plain = products(cuda::MatmulPath::DecodeKernel);
       // (EXPECT_TRUE: two million values would flood the log)
-      const char* what[3] = {", large", ", large gate/up", ", 2,048 rows"};
-      for (size_t i = 0; i < 3; ++i)
+      const char* what[4] = {", large", ", large gate/up", ", 2,048 rows", ", short k, 500 rows"};
+      for (size_t i = 0; i < 4; ++i)
         EXPECT_TRUE(tiled[i] == plain[i])
             << dtype_name(t) << (int_mma ? " integer" : "") << what[i];
       if (blocks && !int_mma) {  // 8/4-bit weights decoded by each warp (WICK_CUDA_PREDECODE=0)
@@ -505,28 +561,30 @@ TEST(CudaMatmulTiled, EqualsDecodeKernelBitForBit) {
         } on;
         cuda::set_predecode(false);
         const auto warps = products(cuda::MatmulPath::Tiled);
-        for (size_t i = 0; i < 3; ++i)
+        for (size_t i = 0; i < 4; ++i)
           EXPECT_TRUE(warps[i] == plain[i]) << dtype_name(t) << what[i] << ", not predecoded";
       }
       be->release_matrix(g);
       be->release_matrix(u);
       be->release_matrix(h);
+      be->release_matrix(s);
     }
 }
 
 // On a GPU of less shared memory (an A100's 163 KB, an RTX 4090's 99 KB;
 // played here by set_smem_limit) the products take smaller shapes: the
-// prefill kernel no PRE and narrower CTAs, the decode kernel 16-row tiles
-// where 32 gated slices of 32 rows would not fit. The same bits as this
-// GPU's own shapes, prefill (512 rows) and decode steps of 24 and 40 rows
-// at 32 slices, plain and gate/up.
+// prefill kernel narrower CTAs (and at 99 KB no PRE), the decode kernel
+// 16-row tiles where 32 gated slices of 32 rows would not fit. The same
+// bits as this GPU's own shapes, prefill (512 rows) and decode steps of 24
+// and 40 rows at 32 slices, plain and gate/up.
 TEST(CudaSmemLimit, SmallerGpusKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend();
   std::mt19937 rng(17);
-  struct Restore {
+  struct Restore {  // (the limit gpu_check's WICK_CUDA_SMEM_LIMIT runs set, for later tests)
+    int was = cuda::smem_limit();
     ~Restore() {
-      cuda::set_smem_limit(0);
+      cuda::set_smem_limit(was);
       cuda::set_kw_force(0);
     }
   } restore;

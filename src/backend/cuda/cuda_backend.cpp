@@ -355,12 +355,20 @@ class CudaBackend final : public Backend {
     if (skip("gate_up")) return;
     const ReadsX r(*this, x, n_rows);
     const GpuWeight &dg = desc(gate), &du = desc(up);
-    if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group || gate.lora ||
-        up.lora) {
+    if (dg.fmt == cuda::Fmt::F32 || dg.fmt != du.fmt || dg.group != du.group ||
+        dg.k_pad != du.k_pad) {
       Backend::matmul_gate_up(gate, up, x, n_rows, g, u);  // two products, then silu * up
       return;
     }
     const cuda::MatmulJob job{&dg, g, nullptr};  // (up: gate's layout)
+    if (gate.lora || up.lora) {                  // the terms add to g and u before silu(g) * u
+      cuda::matmul_gate_up_apart(dg, du, x, int(n_rows), g, u, mm_scratch(&job, 1, n_rows), st(),
+                                 r.ni);
+      add_lora(gate, x, n_rows, g);
+      add_lora(up, x, n_rows, u);
+      silu_mul(g, u, n_rows * gate.n_out);
+      return;
+    }
     // decode steps with integer products: g's integer form too, for down
     // (not where x is itself gate/up's output: its form is being read)
     const cuda::NormInt* out = r.form == &gated_form_ ? nullptr : gated_int_for(dg, n_rows);

@@ -83,6 +83,12 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
 bool matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, int M, float* out,
                     void* xb, cudaStream_t st, const NormInt* ni = nullptr,
                     const NormInt* out_int = nullptr, int* counters = nullptr);
+// g = x . gate^T and u = x . up^T apart (a LoRA term adds to either before
+// silu(g) * u), at matmul_gate_up's slice count: rows without an adapter
+// keep the fused launch's bits. The weights as matmul_gate_up's.
+void matmul_gate_up_apart(const GpuWeight& gate, const GpuWeight& up, const float* x, int M,
+                          float* g, float* u, void* xb, cudaStream_t st,
+                          const NormInt* ni = nullptr);
 // The counters matmul_gate_up's integer output takes for n_ff columns.
 inline int gated_int_counters(int n_ff) {
   return (n_ff + 31) / 32;
@@ -182,6 +188,7 @@ bool predecode();
 // kernels a smaller GPU takes (an A100's 163 KB, an RTX 4090's 99 KB) run
 // and are tested on any GPU; the same bits either way.
 void set_smem_limit(int bytes);
+int smem_limit();
 // Which kernel computes products (tests compare the two): Auto picks by shape.
 enum class MatmulPath { Auto, Tiled, DecodeKernel };
 void set_matmul_path(MatmulPath path);

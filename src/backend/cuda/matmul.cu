@@ -668,11 +668,14 @@ constexpr size_t kMaxSmem = 160 * 1024;
 size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
   return (size_t(kw) * (gated ? 2 : 1) + (rope ? 1 : 0)) * 16 * mt * 8 * nt * sizeof(float);
 }
+// A GPU's opt-in limit counts a kernel's static shared memory too (the
+// gated kernels' last-CTA flag: 16 bytes); max_warps_of checks the bound.
+constexpr size_t kMaxStaticSmem = 256;
 // What a launch may take: kMaxSmem, or less on a GPU with less (A100: 163
 // KB; other Ampere and Ada GPUs 99 KB, where 32-row tiles of 32 gated
 // slices, 128 KB, give way to 16-row ones).
 size_t smem_cap() {
-  return std::min(kMaxSmem, size_t(max_smem_optin()));
+  return std::min(kMaxSmem, size_t(max_smem_optin()) - kMaxStaticSmem);
 }
 // The shared memory of x's stage (XS) for M rows of weights of format f
 // and k_pad: 0 where it is off (WICK_CUDA_X_STAGE=0, set_x_stage) or over
@@ -701,14 +704,18 @@ bool rows32_fit(int kw, bool gated) {
 }
 
 // Per kernel, once: up to 160 KiB of shared memory (what the GPU has, if
-// less), and the most warps a CTA can have with its registers.
+// less, besides the kernel's static memory), and the most warps a CTA can
+// have with its registers.
 template <auto Kernel>
 int max_warps_of() {
   static const int max_warps = [] {
-    WICK_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(std::min(kMaxSmem, size_t(device_smem_optin())))));
     cudaFuncAttributes a{};
     WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, Kernel));
+    if (a.sharedSizeBytes > kMaxStaticSmem)
+      throw std::logic_error("a product kernel's static shared memory is over kMaxStaticSmem");
+    const size_t dynamic = size_t(device_smem_optin()) - kMaxStaticSmem;
+    WICK_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(std::min(kMaxSmem, dynamic))));
     return std::max(1, a.maxThreadsPerBlock / 32);
   }();
   return max_warps;
@@ -960,7 +967,9 @@ void dispatch_rows(Params& p, int n_tiles_y, cudaStream_t st) {
       int n_rows = 0;
       for (int j = 0; j < p.n_jobs; ++j) n_rows += p.jobs[j].w.n_out;
       const int forced = g_tiles_force.load();
-      const int nt = forced ? forced : n_rows >= decode_tall_rows() ? decode_tall_nt() : 1;
+      int nt = forced ? forced : n_rows >= decode_tall_rows() ? decode_tall_nt() : 1;
+      // (many slices on a GPU of less shared memory: one tile, the same sums)
+      if (nt > 1 && mm_smem(p.kw, 1, nt, GATED, false) > smem_cap()) nt = 1;
       if (nt == 4) return launch<F, 1, 4, GATED, GROUPED>(p, tiles(4), ty(1), st);
       if (nt == 2) return launch<F, 1, 2, GATED, GROUPED>(p, tiles(2), ty(1), st);
     }
@@ -1118,10 +1127,10 @@ IntAct int_act(const GpuWeight& w, const float* x, int M, void* xb, cudaStream_t
   return quantize_act(x, M, w.n_in, w.k_pad, w.fmt == Fmt::U4, xb, st);
 }
 
-}  // namespace
-
-void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
-            const NormInt* ni) {
+// matmul() at kw_gated slices where > 0 (a gate/up's two products apart,
+// at the fused launch's count), else each launch's own (kw_for_launch).
+void matmul_at(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
+               const NormInt* ni, int kw_gated) {
   if (M <= 0 || n_jobs <= 0) return;
   // Jobs fuse into one launch when they share the layout and the reduction.
   int start = 0;
@@ -1138,7 +1147,7 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
       p.jobs[p.n_jobs++] = Job{*jobs[start].w, jobs[start].y, jobs[start].bias, 0};
       ++start;
     }
-    p.kw = kw_for_launch(jobs + first, p.n_jobs);
+    p.kw = kw_gated > 0 ? kw_gated : kw_for_launch(jobs + first, p.n_jobs);
     if (int_path(w0)) {  // x in integer form, for either kernel
       for (int j = 0; j < p.n_jobs; ++j) check_int_weight(p.jobs[j].w);
       p.xa = int_act(w0, x, M, xb, st, ni);
@@ -1151,6 +1160,25 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
     t.xa = p.xa.q ? &p.xa : nullptr;
     if (!matmul_tiled(t, st)) dispatch<false, false>(p, 0, st);
   }
+}
+
+}  // namespace
+
+void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
+            const NormInt* ni) {
+  matmul_at(jobs, n_jobs, x, M, xb, st, ni, 0);
+}
+
+void matmul_gate_up_apart(const GpuWeight& gate, const GpuWeight& up, const float* x, int M,
+                          float* g, float* u, void* xb, cudaStream_t st, const NormInt* ni) {
+  if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
+      gate.k_pad != up.k_pad) {
+    throw std::logic_error("matmul_gate_up_apart: the caller splits unlike weights");
+  }
+  const int kw = kw_for(gate, gate.n_out, true);
+  const MatmulJob jg{&gate, g, nullptr}, ju{&up, u, nullptr};
+  matmul_at(&jg, 1, x, M, xb, st, ni, kw);
+  matmul_at(&ju, 1, x, M, xb, st, ni, kw);
 }
 
 bool matmul_qkv_rope_kv(const MatmulJob (&jobs)[3], const float* x, int M, const RopeKv& r,
@@ -1240,7 +1268,8 @@ void set_tiled_u4(bool on) {
 int smem_limit() {
   if (g_smem_limit.load() < 0) {
     int unread = -1;
-    const int v = env_int("WICK_CUDA_SMEM_LIMIT", 0);
+    const char* e = std::getenv("WICK_CUDA_SMEM_LIMIT");  // (0: none, as documented)
+    const int v = e && std::string(e) == "0" ? 0 : env_int("WICK_CUDA_SMEM_LIMIT", 0);
     if (v && v < 48 * 1024)
       throw std::invalid_argument("WICK_CUDA_SMEM_LIMIT: at least 49152 bytes, not " +
                                   std::to_string(v));

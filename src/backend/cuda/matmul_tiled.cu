@@ -615,8 +615,8 @@ bool fits() {
 
 // The kernel for a tile shape: PRE where it pays (two warps share each
 // weight tile) and fits (the 4-bit gated kernel's decoded chunks would not
-// leave it a fourth stage on an H100; an A100 holds none of them), unless
-// WICK_CUDA_PREDECODE=0.
+// leave it a fourth stage on an H100; an A100 holds the 2 x 2 ones, 126 and
+// 156 KiB, not the 2 x 4), unless WICK_CUDA_PREDECODE=0.
 template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0>
 void launch(TParams& p, cudaStream_t st) {
   constexpr bool kPre = WM == 2 && IG == 0 && (F == Fmt::I8 || (F == Fmt::U4 && !GATED));
