@@ -651,7 +651,7 @@ template <int HD>
 bool decode_kernel_for(const AttnArgs& a, const BatchArgs& b, int G, int n_parts) {
   const int64_t n_ctas = int64_t(b.n_runs) * a.n_head_kv * n_parts;
   return int64_t(b.max_run) * G <= 16 && 2 * n_ctas <= n_sms() && decode_kernel_on() &&
-         decode_smem<HD>() <= size_t(max_smem_optin());
+         decode_smem<HD>() <= size_t(max_smem_optin() - kStaticSmemReserve);
 }
 
 template <int HD, bool FILL>

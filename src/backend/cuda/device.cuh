@@ -115,6 +115,10 @@ inline int device_smem_optin() {
   }();
   return n;
 }
+// A kernel's static shared memory counts against the opt-in limit too: the
+// dynamic memory a kernel is sized for leaves this much (the gated product
+// kernels' 16 bytes, and the 1 KB a driver may count as reserved).
+constexpr int kStaticSmemReserve = 2048;
 int smem_limit();  // WICK_CUDA_SMEM_LIMIT, set_smem_limit (matmul.cu): 0 none
 // What the kernels size their shared memory by: the GPU's, or less where a
 // test plays a smaller GPU (WICK_CUDA_SMEM_LIMIT). Kernels that would need

@@ -668,14 +668,11 @@ constexpr size_t kMaxSmem = 160 * 1024;
 size_t mm_smem(int kw, int mt, int nt, bool gated, bool rope) {
   return (size_t(kw) * (gated ? 2 : 1) + (rope ? 1 : 0)) * 16 * mt * 8 * nt * sizeof(float);
 }
-// A GPU's opt-in limit counts a kernel's static shared memory too (the
-// gated kernels' last-CTA flag: 16 bytes); max_warps_of checks the bound.
-constexpr size_t kMaxStaticSmem = 256;
 // What a launch may take: kMaxSmem, or less on a GPU with less (A100: 163
 // KB; other Ampere and Ada GPUs 99 KB, where 32-row tiles of 32 gated
 // slices, 128 KB, give way to 16-row ones).
 size_t smem_cap() {
-  return std::min(kMaxSmem, size_t(max_smem_optin()) - kMaxStaticSmem);
+  return std::min(kMaxSmem, size_t(max_smem_optin() - kStaticSmemReserve));
 }
 // The shared memory of x's stage (XS) for M rows of weights of format f
 // and k_pad: 0 where it is off (WICK_CUDA_X_STAGE=0, set_x_stage) or over
@@ -711,9 +708,9 @@ int max_warps_of() {
   static const int max_warps = [] {
     cudaFuncAttributes a{};
     WICK_CUDA_CHECK(cudaFuncGetAttributes(&a, Kernel));
-    if (a.sharedSizeBytes > kMaxStaticSmem)
-      throw std::logic_error("a product kernel's static shared memory is over kMaxStaticSmem");
-    const size_t dynamic = size_t(device_smem_optin()) - kMaxStaticSmem;
+    if (a.sharedSizeBytes > size_t(kStaticSmemReserve))
+      throw std::logic_error("a product kernel's static shared memory is over kStaticSmemReserve");
+    const size_t dynamic = size_t(device_smem_optin() - kStaticSmemReserve);
     WICK_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(std::min(kMaxSmem, dynamic))));
     return std::max(1, a.maxThreadsPerBlock / 32);

@@ -610,7 +610,7 @@ void launch_kernel(TParams& p, cudaStream_t st) {
 // Whether a kernel's stages fit this GPU's shared memory (max_smem_optin).
 template <Fmt F, int WM, int WN, int MT, int NT, bool GATED, int IG = 0, bool PRE = false>
 bool fits() {
-  return smem_bytes<F, WM, WN, MT, NT, GATED, IG, PRE>() <= max_smem_optin();
+  return smem_bytes<F, WM, WN, MT, NT, GATED, IG, PRE>() <= max_smem_optin() - kStaticSmemReserve;
 }
 
 // The kernel for a tile shape: PRE where it pays (two warps share each
