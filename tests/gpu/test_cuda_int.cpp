@@ -327,8 +327,11 @@ TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
   WICK_REQUIRE_GPU();
   IntProducts on(true);
   const int r128_was = cuda::int_r128();
-  const bool dp4a_was = cuda::int_dp4a();
-  cuda::set_int_dp4a(false);  // (else one row takes dp_kernel at every level)
+  struct Dp4aOff {  // (else one row takes dp_kernel at every level)
+    bool was = cuda::int_dp4a();
+    Dp4aOff() { cuda::set_int_dp4a(false); }
+    ~Dp4aOff() { cuda::set_int_dp4a(was); }
+  } dp4a_off;
   auto be = cuda_backend();
   std::mt19937 rng(57);
   const int64_t D = 2048, F = 1536;
@@ -371,7 +374,6 @@ TEST(CudaMatmulIntR128, SameBitsAsUnbounded) {
     for (auto& wi : w) be->release_matrix(wi);
   }
   cuda::set_int_r128(r128_was);
-  cuda::set_int_dp4a(dp4a_was);
 }
 
 // Integer products of decode steps by dp4a (set_int_dp4a, matmul_dp4a.cuh)
@@ -741,12 +743,9 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
   IntProducts on(true);
   auto be = cuda_backend();
   std::mt19937 rng(59);
-  int dev = 0, n_sms = 0, optin = 0;
+  int dev = 0, n_sms = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  const int smem = cuda::smem_limit() ? std::min(cuda::smem_limit(), optin) : optin;
-  const bool decode_kernel = n_sms >= 36 && smem >= 180 * 1024;  // (its 169-178 KB)
   for (auto [n_head, hd] : std::vector<std::pair<int64_t, int64_t>>{{9, 64}, {8, 128}}) {
     SCOPED_TRACE("heads " + std::to_string(n_head) + " x " + std::to_string(hd));
     const int64_t n_head_kv = n_head / (n_head == 9 ? 3 : 4), kv_dim = n_head_kv * hd;
@@ -806,7 +805,7 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
       };
       const auto [fused, launched] = products(true);
       const auto [plain, plain_launched] = products(false);
-      const bool formed = !prefill && decode_kernel;
+      const bool formed = !prefill && n_sms >= 36 && cuda::attention_decode_kernel(int(hd));
       const std::vector<uint64_t> want =
           formed ? std::vector<uint64_t>{0, 0, 1} : std::vector<uint64_t>{1, 1, 1};
       EXPECT_EQ(launched, want) << (prefill ? "prefill" : "decode");

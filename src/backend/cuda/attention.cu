@@ -648,10 +648,14 @@ int n_parts_for(const BatchArgs& b) {
 // stages take 169-178 KB: a GPU of less shared memory, an A100 or an RTX
 // 4090, runs the tiled kernel.)
 template <int HD>
+bool decode_kernel_fits() {
+  return decode_smem<HD>() <= size_t(max_smem_optin() - kStaticSmemReserve);
+}
+template <int HD>
 bool decode_kernel_for(const AttnArgs& a, const BatchArgs& b, int G, int n_parts) {
   const int64_t n_ctas = int64_t(b.n_runs) * a.n_head_kv * n_parts;
   return int64_t(b.max_run) * G <= 16 && 2 * n_ctas <= n_sms() && decode_kernel_on() &&
-         decode_smem<HD>() <= size_t(max_smem_optin() - kStaticSmemReserve);
+         decode_kernel_fits<HD>();
 }
 
 template <int HD, bool FILL>
@@ -700,6 +704,22 @@ void launch_f32(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
 }
 
 }  // namespace
+
+bool attention_decode_kernel(int head_dim) {
+  if (!decode_kernel_on()) return false;
+  switch (head_dim) {
+    case 16:
+      return decode_kernel_fits<16>();
+    case 32:
+      return decode_kernel_fits<32>();
+    case 64:
+      return decode_kernel_fits<64>();
+    case 128:
+      return decode_kernel_fits<128>();
+    default:
+      return false;
+  }
+}
 
 size_t attention_partial_floats(const BatchArgs& b, int n_head, int head_dim) {
   return size_t(b.n_tokens) * size_t(n_head) * size_t(n_parts_for(b)) * size_t(head_dim + 2);

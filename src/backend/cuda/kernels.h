@@ -286,6 +286,10 @@ struct AttnArgs {
 // its own and combined in partition order (flash-decoding).
 constexpr int kAttnPartition = 512;
 size_t attention_partial_floats(const BatchArgs& b, int n_head, int head_dim);
+// Whether decode batches of this head_dim may take the decode kernel on this
+// GPU (its shared memory, WICK_CUDA_SMEM_LIMIT, WICK_CUDA_ATTN_DECODE); a
+// batch then also needs few enough CTAs (at most half the SMs).
+bool attention_decode_kernel(int head_dim);
 // Returns whether it wrote the output's integer form (asked for in a): the
 // decode kernel's batches (up to 16 rows of a KV head's group in a run, few
 // enough CTAs) of an f16 cache, head_dim >= 32; elsewhere it writes none.
