@@ -1159,6 +1159,13 @@ void matmul_at(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* x
   }
 }
 
+// gate and up of one launch's layout (a caller splits unlike weights).
+void check_gate_up_alike(const GpuWeight& gate, const GpuWeight& up, const char* who) {
+  if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
+      gate.k_pad != up.k_pad)
+    throw std::logic_error(std::string(who) + ": the caller splits unlike weights");
+}
+
 }  // namespace
 
 void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, cudaStream_t st,
@@ -1168,10 +1175,7 @@ void matmul(const MatmulJob* jobs, int n_jobs, const float* x, int M, void* xb, 
 
 void matmul_gate_up_apart(const GpuWeight& gate, const GpuWeight& up, const float* x, int M,
                           float* g, float* u, void* xb, cudaStream_t st, const NormInt* ni) {
-  if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
-      gate.k_pad != up.k_pad) {
-    throw std::logic_error("matmul_gate_up_apart: the caller splits unlike weights");
-  }
+  check_gate_up_alike(gate, up, "matmul_gate_up_apart");
   const int kw = kw_for(gate, gate.n_out, true);
   const MatmulJob jg{&gate, g, nullptr}, ju{&up, u, nullptr};
   matmul_at(&jg, 1, x, M, xb, st, ni, kw);
@@ -1341,10 +1345,7 @@ bool matmul_gate_up(const GpuWeight& gate, const GpuWeight& up, const float* x, 
                     void* xb, cudaStream_t st, const NormInt* ni, const NormInt* out_int,
                     int* counters) {
   if (M <= 0) return false;
-  if (gate.fmt == Fmt::F32 || gate.fmt != up.fmt || gate.group != up.group ||
-      gate.k_pad != up.k_pad) {
-    throw std::logic_error("matmul_gate_up: the caller splits unlike weights");
-  }
+  check_gate_up_alike(gate, up, "matmul_gate_up");
   Params p{};
   p.jobs[0] = Job{gate, nullptr, nullptr, 0};
   p.n_jobs = 1;
