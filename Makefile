@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 WICK := $(BUILD)/bin/wick
 
-.PHONY: all setup configure build test run bench bench-cpu format clean test-asan test-asan-full test-tsan fuzz
+.PHONY: all setup configure build test test-emu run bench bench-cpu format clean test-asan test-asan-full test-tsan fuzz
 
 all: build
 
@@ -31,6 +31,14 @@ CTEST_ENV = OMP_WAIT_POLICY=passive
 
 test: build model
 	cd $(BUILD) && $(CTEST_ENV) ctest -j $(JOBS) --output-on-failure
+
+# Every GPU test on the CUDA emulator (tests/cuda_emu, docs/cuda_emu.md), for a
+# machine with no GPU: `make test` runs the quick ones (label emu); these are
+# all of them, the products at a prefill's size included (about an hour of
+# one core; EMU_FILTER narrows it, e.g. EMU_FILTER='CudaMatmulTiled.*').
+EMU_FILTER ?= *
+test-emu: build model
+	WICK_TEST_MODEL=$$(./scripts/fetch_model) $(BUILD)/bin/wick_gpu_emu_tests --gtest_filter='$(EMU_FILTER)'
 
 run: build model
 	$(WICK) run smollm2 "What is the capital of France?" --temperature 0

@@ -30,24 +30,40 @@ constexpr int kKeys = 64;  // keys per chunk
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, const void* p) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::ldmatrix_x2(r0, r1, p, false);
+#else
   const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r0), "=r"(r1)
                : "r"(a));
+#endif
 }
 __device__ __forceinline__ void ldsm_x2_trans(uint32_t& r0, uint32_t& r1, const void* p) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::ldmatrix_x2(r0, r1, p, true);
+#else
   const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r0), "=r"(r1)
                : "r"(a));
+#endif
 }
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::cp_async(smem, gmem, 16, valid ? 16 : 0);
+#else
   const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
   const int n = valid ? 16 : 0;  // 0 bytes read: the 16 bytes are zero-filled
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(n));
+#endif
 }
 __device__ __forceinline__ void cp_async_wait_all() {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::cp_async_wait(-1);
+#else
   asm volatile("cp.async.wait_all;\n" ::);
+#endif
 }
 
 struct Tile {

@@ -25,35 +25,49 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
 
 // A 16-byte load that bypasses L1 (weights are streamed once per step).
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
+#ifdef WICK_CUDA_EMU
+  return *static_cast<const uint4*>(p);
+#else
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
+#endif
 }
 
 // Brings the 128-byte line of p into L1 (no register: a later load hits).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
+#ifndef WICK_CUDA_EMU
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+#endif
 }
 
 // D += A . B on the tensor cores: m16n8k16, bf16 inputs, f32 accumulators.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::mma_f32(d, {a0, a1, a2, a3}, {b0, b1}, true);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
 }
 // The same with f16 inputs.
 __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::mma_f32(d, {a0, a1, a2, a3}, {b0, b1}, false);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
 }
 
 // q * scale - min with two roundings, as the CPU computes it (no FMA).
@@ -133,6 +147,10 @@ inline int max_smem_optin() {
 template <typename Kernel, typename... Args>
 void launch_early(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                   Args... args) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::launch(grid, block, smem, st, kernel, args...);
+  WICK_CUDA_CHECK(cudaGetLastError());
+#else
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -144,6 +162,7 @@ void launch_early(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   WICK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+#endif
 }
 
 }  // namespace wick::cuda

@@ -123,6 +123,10 @@ struct IntShape {
 template <bool B_U8>
 __device__ __forceinline__ void imma_k32(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+#ifdef WICK_CUDA_EMU
+  const uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+  ::wick_emu::imma(d, a, 4, b, 2, 32, B_U8);
+#else
   if constexpr (B_U8)
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%10,%10,%10,%10};\n"
@@ -133,13 +137,19 @@ __device__ __forceinline__ void imma_k32(int (&d)[4], uint32_t a0, uint32_t a1, 
         "{%8,%9}, {%10,%10,%10,%10};\n"
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+#endif
 }
 // D = A . B, m16n8k16, s8 x s8, s32 sums from zero.
 __device__ __forceinline__ void imma_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#ifdef WICK_CUDA_EMU
+  const uint32_t a[2] = {a0, a1};
+  ::wick_emu::imma(d, a, 2, &b0, 1, 16, false);
+#else
   asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
       "{%7,%7,%7,%7};\n"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
       : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+#endif
 }
 
 // Within each 4-lane row group: r[q] becomes lane q's r[c] (two butterfly

@@ -49,22 +49,38 @@ struct TParams {
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::cp_async(smem, gmem, 16, pred ? 16 : 0);
+#else
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
                "r"(pred ? 16 : 0));
+#endif
 }
 __device__ __forceinline__ void cp_async_commit() {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::cp_async_commit();
+#else
   asm volatile("cp.async.commit_group;\n" ::);
+#endif
 }
 // 8 bytes (the .ca form: .cg copies only 16); zeros where !pred.
 __device__ __forceinline__ void cp_async8(void* smem, const void* gmem, bool pred) {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::cp_async(smem, gmem, 8, pred ? 8 : 0);
+#else
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem),
                "r"(pred ? 8 : 0));
+#endif
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
+#ifdef WICK_CUDA_EMU
+  ::wick_emu::cp_async_wait(N);
+#else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 // Chunks per stage (one barrier each) and stages in the ring. (A 4-bit

@@ -1,0 +1,475 @@
+// The emulator's threads: a CTA's threads as fibers on one host thread,
+// switched only where CUDA threads meet (barriers, warp collectives), so a
+// run is deterministic and a barrier some threads never reach is reported,
+// not hung.
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_emu.h"
+#include "emu_internal.h"
+
+// Saves the callee-saved registers on this stack, stores its pointer in
+// *from, and resumes the stack `to` (x86-64 System V; ucontext's switch
+// makes two system calls, this one none: a warp's shuffle is 64 switches).
+extern "C" void wick_emu_switch(void** from, void* to);
+asm(R"(
+.text
+.globl wick_emu_switch
+.type wick_emu_switch,@function
+wick_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size wick_emu_switch,.-wick_emu_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+
+namespace wick_emu {
+
+namespace {
+
+enum class St { Run, Barrier, Warp, Done };
+enum class Op { None, Sync, Shfl, Vote, Mma, Imma, Ldsm };
+
+struct Copy {
+  void* dst;
+  const void* src;
+  int size, bytes;
+};
+
+struct Fiber {
+  void* sp = nullptr;  // its stack, while it is not running
+  uint3 tid{};
+  int lane = 0, warp = 0;
+  St st = St::Run;
+  // the warp collective this thread waits in, its inputs and results
+  Op op = Op::None;
+  unsigned mask = 0;
+  int kind = 0, arg = 0, width = 32;
+  uint64_t in = 0, out = 0;
+  uint32_t a[4]{}, b[2]{};
+  int n_a = 0, n_b = 0, k = 0;
+  bool flag = false;
+  float c[4]{};
+  int ci[4]{};
+  const void* addr = nullptr;
+  // cp.async: copies not yet done, grouped (group_end[i]: copies of groups <= i)
+  std::vector<Copy> copies;
+  std::vector<size_t> group_end;
+};
+
+struct CtaRun {
+  std::vector<Fiber> fibers;
+  void* sched_sp = nullptr;  // the scheduler's stack, while a thread runs
+  uint3 bid{};
+  dim3 bdim, gdim;
+  std::vector<unsigned char> smem_store;
+  unsigned char* smem = nullptr;  // 128-byte aligned, in smem_store
+  const Body* body = nullptr;
+  std::string error;  // what a thread found wrong (it stopped there)
+};
+
+thread_local CtaRun* g_cta = nullptr;
+thread_local Fiber* g_cur = nullptr;
+
+constexpr size_t kStack = 64 * 1024;  // the kernels' locals are registers: a few KB
+constexpr size_t kRedZone = 64;
+// Fresh dynamic shared memory: 0xff bytes read as NaN floats, so that a value
+// read before it is written shows (WICK_EMU_POISON=0 gives zeros).
+unsigned char poison() {
+  static const unsigned char p = [] {
+    const char* v = std::getenv("WICK_EMU_POISON");
+    return v && *v ? (unsigned char)std::strtol(v, nullptr, 0) : (unsigned char)0xff;
+  }();
+  return p;
+}
+
+struct Stacks {  // 1,024 threads' stacks, allocated once a host thread
+  std::unique_ptr<char[]> s{new char[1024 * kStack]};
+  char* get(size_t i) { return s.get() + i * kStack; }
+};
+thread_local Stacks g_stacks;
+
+[[noreturn]] void die(const std::string& what) {
+  throw std::runtime_error("cuda emulator: " + what);
+}
+
+void park(St st) {
+  Fiber* f = g_cur;
+  f->st = st;
+  wick_emu_switch(&f->sp, g_cta->sched_sp);
+}
+
+[[noreturn]] void fiber_main() {
+  g_cta->body->operator()();
+  park(St::Done);
+  std::abort();  // a finished thread is never resumed
+}
+
+// A fresh thread's stack: fiber_main as the return address of the switch,
+// below it the six registers the switch pops (zeros).
+void* fresh_stack(char* base) {
+  auto top = (reinterpret_cast<uintptr_t>(base) + kStack) & ~uintptr_t(15);
+  auto* p = reinterpret_cast<void**>(top - 16);
+  p[1] = nullptr;  // fiber_main's return address: it never returns
+  p[0] = reinterpret_cast<void*>(&fiber_main);
+  p -= 6;
+  for (int i = 0; i < 6; ++i) p[i] = nullptr;
+  return p;
+}
+
+Fiber& lane_of(Fiber* lanes[32], int l) {
+  if (!lanes[l]) die("a warp collective reads lane " + std::to_string(l) + ", which has exited");
+  return *lanes[l];
+}
+
+// m16n8k16 of 16-bit floats (A row-major 16 x 16, B col-major 16 x 8, in
+// pairs; lane l holds rows g = l / 4 (+8), columns 2t, 2t + 1 (+8), t = l % 4):
+// each lane's D = its C + the exact products summed in double, rounded once.
+void resolve_mma(Fiber* lanes[32]) {
+  const bool bf16 = lanes[0]->flag;
+  auto elt = [&](uint32_t w, int h) {
+    const uint16_t v = uint16_t(w >> (16 * h));
+    if (bf16) return double(__bfloat162float(bits_to<__nv_bfloat16>(v)));
+    return double(__half2float(bits_to<__half>(v)));
+  };
+  double A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const Fiber& s = lane_of(lanes, l);
+    const int g = l / 4, t = l % 4;
+    for (int h = 0; h < 2; ++h) {
+      A[g][2 * t + h] = elt(s.a[0], h);
+      A[g + 8][2 * t + h] = elt(s.a[1], h);
+      A[g][2 * t + 8 + h] = elt(s.a[2], h);
+      A[g + 8][2 * t + 8 + h] = elt(s.a[3], h);
+      B[2 * t + h][g] = elt(s.b[0], h);
+      B[2 * t + 8 + h][g] = elt(s.b[1], h);
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    Fiber& f = *lanes[l];
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * (i >= 2), n = 2 * t + (i & 1);
+      double sum = 0;
+      for (int k = 0; k < 16; ++k) sum += A[r][k] * B[k][n];
+      f.c[i] = float(double(f.c[i]) + sum);
+    }
+  }
+}
+
+// m16n8k32 (4 A words, 2 B words a lane) or m16n8k16 (2, 1) of 8-bit
+// integers: lane l holds A's row g (+8) at columns 4t.. (+16) and B's column g
+// at rows 4t.. (+16); s32 sums from zero.
+void resolve_imma(Fiber* lanes[32]) {
+  const int K = lanes[0]->k;
+  const bool b_u8 = lanes[0]->flag;
+  int A[16][32] = {}, B[32][8] = {};
+  for (int l = 0; l < 32; ++l) {
+    const Fiber& s = lane_of(lanes, l);
+    const int g = l / 4, t = l % 4;
+    for (int j = 0; j < 4; ++j) {
+      A[g][4 * t + j] = int8_t(s.a[0] >> (8 * j));
+      A[g + 8][4 * t + j] = int8_t(s.a[1] >> (8 * j));
+      const uint32_t b0 = (s.b[0] >> (8 * j)) & 0xff;
+      B[4 * t + j][g] = b_u8 ? int(b0) : int(int8_t(b0));
+      if (K == 32) {
+        A[g][4 * t + 16 + j] = int8_t(s.a[2] >> (8 * j));
+        A[g + 8][4 * t + 16 + j] = int8_t(s.a[3] >> (8 * j));
+        const uint32_t b1 = (s.b[1] >> (8 * j)) & 0xff;
+        B[4 * t + 16 + j][g] = b_u8 ? int(b1) : int(int8_t(b1));
+      }
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    Fiber& f = *lanes[l];
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + 8 * (i >= 2), n = 2 * t + (i & 1);
+      int sum = 0;
+      for (int k = 0; k < K; ++k) sum += A[r][k] * B[k][n];
+      f.ci[i] = sum;
+    }
+  }
+}
+
+// Every lane of the collective has its inputs in: compute each one's result.
+void resolve(Fiber* lanes[32], Op op) {
+  if (op == Op::Mma) resolve_mma(lanes);
+  if (op == Op::Imma) resolve_imma(lanes);
+  for (int l = 0; l < 32; ++l) {
+    Fiber* f = lanes[l];
+    if (!f || f->st != St::Warp) continue;
+    switch (op) {
+      case Op::Shfl: {
+        const int w = f->width, base = l & ~(w - 1);
+        int src = l;
+        if (f->kind == 0) src = base + (f->arg & (w - 1));
+        if (f->kind == 1) src = l - f->arg >= base ? l - f->arg : l;
+        if (f->kind == 2) src = l + f->arg < base + w ? l + f->arg : l;
+        if (f->kind == 3) src = (l ^ f->arg) < base + w ? l ^ f->arg : l;
+        if (!(f->mask >> src & 1u)) die("a shuffle reads a lane outside its mask");
+        f->out = lane_of(lanes, src).in;
+        break;
+      }
+      case Op::Vote: {
+        unsigned ballot = 0;
+        for (int j = 0; j < 32; ++j)
+          if (f->mask >> j & 1u && lane_of(lanes, j).flag) ballot |= 1u << j;
+        f->out = f->kind == 0 ? ballot != 0 : f->kind == 1 ? ballot == f->mask : ballot;
+        break;
+      }
+      case Op::Ldsm: {
+        // x2: lanes 0-7 address matrix 0's rows, 8-15 matrix 1's (8 x 16-bit
+        // each). Lane l gets row l / 4, columns 2 (l % 4) and +1 of each
+        // matrix, or with .trans rows 2 (l % 4) and +1 of column l / 4.
+        uint32_t r[2];
+        for (int m = 0; m < 2; ++m) {
+          uint16_t h[2];
+          for (int j = 0; j < 2; ++j) {
+            const int row = f->flag ? 2 * (l % 4) + j : l / 4;
+            const int col = f->flag ? l / 4 : 2 * (l % 4) + j;
+            const auto* p = static_cast<const unsigned char*>(lane_of(lanes, 8 * m + row).addr);
+            std::memcpy(&h[j], p + 2 * col, 2);
+          }
+          r[m] = uint32_t(h[0]) | uint32_t(h[1]) << 16;
+        }
+        f->out = uint64_t(r[0]) | uint64_t(r[1]) << 32;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  for (int l = 0; l < 32; ++l)
+    if (lanes[l] && lanes[l]->st == St::Warp) {
+      lanes[l]->st = St::Run;
+      lanes[l]->op = Op::None;
+    }
+}
+
+// Whether warp w's waiting lanes complete a collective; resolves it if so.
+bool try_warp(CtaRun& c, int first, int n) {
+  Fiber* lanes[32] = {};
+  Op op = Op::None;
+  unsigned mask = 0, waiting = 0, live = 0;
+  for (int l = 0; l < n; ++l) {
+    Fiber& f = c.fibers[size_t(first + l)];
+    if (f.st != St::Done) live |= 1u << l, lanes[l] = &f;
+    if (f.st == St::Warp) {
+      if (op != Op::None && (f.op != op || f.mask != mask)) return false;  // diverged: later
+      op = f.op, mask = f.mask;
+      waiting |= 1u << l;
+    }
+  }
+  if (op == Op::None) return false;
+  if ((mask & waiting) != mask) {
+    if ((mask & ~live) != 0) die("a warp collective's mask names a lane that has exited");
+    return false;
+  }
+  resolve(lanes, op);
+  return true;
+}
+
+std::string where_they_wait(const CtaRun& c) {
+  int n_bar = 0, n_warp = 0, n_done = 0;
+  for (const Fiber& f : c.fibers)
+    (f.st == St::Barrier ? n_bar : f.st == St::Warp ? n_warp : n_done) += 1;
+  return std::to_string(n_bar) + " threads at __syncthreads, " + std::to_string(n_warp) +
+         " in a warp collective, " + std::to_string(n_done) + " exited";
+}
+
+void finish_copies(Fiber& f, size_t n_groups_done) {
+  const size_t n = n_groups_done == 0 ? 0 : f.group_end[n_groups_done - 1];
+  for (size_t i = 0; i < n; ++i) {
+    const Copy& c = f.copies[i];
+    std::memcpy(c.dst, c.src, size_t(c.bytes));
+    std::memset(static_cast<char*>(c.dst) + c.bytes, 0, size_t(c.size - c.bytes));
+  }
+  f.copies.erase(f.copies.begin(), f.copies.begin() + std::ptrdiff_t(n));
+  f.group_end.erase(f.group_end.begin(), f.group_end.begin() + std::ptrdiff_t(n_groups_done));
+  for (size_t& e : f.group_end) e -= n;
+}
+
+}  // namespace
+
+const uint3& thread_idx() {
+  return g_cur->tid;
+}
+const uint3& block_idx() {
+  return g_cta->bid;
+}
+const dim3& block_dim() {
+  return g_cta->bdim;
+}
+const dim3& grid_dim() {
+  return g_cta->gdim;
+}
+unsigned char* dynamic_smem() {
+  return g_cta->smem;
+}
+
+void syncthreads() {
+  park(St::Barrier);
+}
+
+namespace {
+// In a thread: stops it and leaves the error for the scheduler to throw.
+[[noreturn]] void fiber_fail(const std::string& what) {
+  g_cta->error = what;
+  park(St::Done);
+  std::abort();  // never resumed
+}
+
+Fiber& enter(Op op, unsigned mask) {
+  Fiber& f = *g_cur;
+  if (!(mask >> f.lane & 1u)) fiber_fail("a warp collective's mask leaves out the calling lane");
+  f.op = op;
+  f.mask = mask;
+  return f;
+}
+}  // namespace
+
+void syncwarp(unsigned mask) {
+  enter(Op::Sync, mask);
+  park(St::Warp);
+}
+
+uint64_t shfl(unsigned mask, uint64_t v, int kind, int arg, int width) {
+  Fiber& f = enter(Op::Shfl, mask);
+  f.in = v, f.kind = kind, f.arg = arg, f.width = width;
+  park(St::Warp);
+  return f.out;
+}
+
+unsigned vote(unsigned mask, bool v, int kind) {
+  Fiber& f = enter(Op::Vote, mask);
+  f.flag = v, f.kind = kind;
+  park(St::Warp);
+  return unsigned(f.out);
+}
+
+void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool bf16) {
+  Fiber& f = enter(Op::Mma, ~0u);
+  std::memcpy(f.a, a, 16);
+  std::memcpy(f.b, b, 8);
+  std::memcpy(f.c, d, 16);
+  f.flag = bf16;
+  park(St::Warp);
+  std::memcpy(d, f.c, 16);
+}
+
+void imma(int (&d)[4], const uint32_t* a, int n_a, const uint32_t* b, int n_b, int k, bool b_u8) {
+  Fiber& f = enter(Op::Imma, ~0u);
+  std::memset(f.a, 0, 16);
+  std::memset(f.b, 0, 8);
+  std::memcpy(f.a, a, size_t(n_a) * 4);
+  std::memcpy(f.b, b, size_t(n_b) * 4);
+  f.k = k, f.flag = b_u8;
+  park(St::Warp);
+  std::memcpy(d, f.ci, 16);
+}
+
+void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row_addr, bool trans) {
+  Fiber& f = enter(Op::Ldsm, ~0u);
+  f.addr = row_addr, f.flag = trans;
+  park(St::Warp);
+  r0 = uint32_t(f.out), r1 = uint32_t(f.out >> 32);
+}
+
+void cp_async(void* smem, const void* gmem, int size, int bytes) {
+  g_cur->copies.push_back({smem, gmem, size, bytes});
+}
+void cp_async_commit() {
+  Fiber& f = *g_cur;
+  f.group_end.push_back(f.copies.size());
+}
+void cp_async_wait(int n_newest_pending) {
+  Fiber& f = *g_cur;
+  if (n_newest_pending < 0) {  // wait_all: every copy, committed or not
+    cp_async_commit();
+    n_newest_pending = 0;
+  }
+  const size_t n = f.group_end.size();
+  if (n > size_t(n_newest_pending)) finish_copies(f, n - size_t(n_newest_pending));
+}
+
+void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_bytes) {
+  CtaRun c;
+  c.bid = bid, c.gdim = grid, c.bdim = block, c.body = &body;
+  c.smem_store.assign(smem_bytes + kRedZone + 128, poison());
+  c.smem = c.smem_store.data() + (-reinterpret_cast<uintptr_t>(c.smem_store.data()) & 127);
+  const size_t n = size_t(block.x) * block.y * block.z;
+  c.fibers.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    Fiber& f = c.fibers[i];
+    f.tid = {unsigned(i % block.x), unsigned(i / block.x % block.y),
+             unsigned(i / (size_t(block.x) * block.y))};
+    f.lane = int(i % 32), f.warp = int(i / 32);
+    f.sp = fresh_stack(g_stacks.get(i));
+  }
+  struct Restore {
+    CtaRun* cta = g_cta;
+    Fiber* cur = g_cur;
+    ~Restore() { g_cta = cta, g_cur = cur; }
+  } restore;
+  g_cta = &c;
+  for (;;) {
+    bool ran = true;
+    while (ran) {
+      ran = false;
+      for (Fiber& f : c.fibers)
+        if (f.st == St::Run) {
+          g_cur = &f;
+          wick_emu_switch(&c.sched_sp, f.sp);
+          if (!c.error.empty()) die(c.error);
+          ran = true;
+        }
+    }
+    bool released = false, all_done = true, all_barrier = true;
+    for (size_t w = 0; w < n; w += 32)
+      released |= try_warp(c, int(w), int(std::min<size_t>(32, n - w)));
+    if (released) continue;
+    for (const Fiber& f : c.fibers) {
+      all_done &= f.st == St::Done;
+      all_barrier &= f.st == St::Done || f.st == St::Barrier;
+    }
+    if (all_done) break;
+    if (!all_barrier) die("deadlock in a CTA: " + where_they_wait(c));
+    for (Fiber& f : c.fibers)
+      if (f.st == St::Barrier) f.st = St::Run;
+  }
+  for (Fiber& f : c.fibers)
+    if (!f.copies.empty()) {  // copies never waited for: the GPU may still do them; so do we
+      f.group_end.push_back(f.copies.size());
+      finish_copies(f, f.group_end.size());
+    }
+  for (size_t i = 0; i < kRedZone; ++i)
+    if (c.smem[smem_bytes + i] != poison())
+      die("a kernel wrote past its " + std::to_string(smem_bytes) +
+          " bytes of dynamic shared memory");
+}
+
+void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes) {
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) run_cta(body, {x, y, z}, grid, block, smem_bytes);
+}
+
+}  // namespace wick_emu

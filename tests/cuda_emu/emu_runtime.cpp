@@ -1,0 +1,384 @@
+// The emulator's CUDA runtime: the calls wick's CUDA backend and its tests
+// make, over host memory. Streams run their work at once, in the caller;
+// a captured stream records it, and a graph replays the records (with the
+// arguments as they were at capture, as a CUDA graph does). The device is
+// H100-shaped: 132 SMs, 227 KB of shared memory a CTA (WICK_EMU_SMS,
+// WICK_EMU_SMEM_OPTIN, WICK_EMU_GPU_MB, WICK_EMU_REGS change it).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_emu.h"
+#include "emu_internal.h"
+
+#undef warpSize  // the device code's name; here cudaDeviceProp's field
+
+struct CUstream_st {
+  bool capturing = false;
+  std::vector<wick_emu::Body> ops;
+};
+struct CUgraph_st {
+  std::vector<wick_emu::Body> ops;
+};
+struct CUgraphExec_st {
+  std::vector<wick_emu::Body> ops;
+};
+struct CUevent_st {};
+
+namespace wick_emu {
+namespace {
+
+long env_or(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtol(v, nullptr, 10) : fallback;
+}
+
+struct Device {
+  int n_sms = int(env_or("WICK_EMU_SMS", 132));
+  int smem_optin = int(env_or("WICK_EMU_SMEM_OPTIN", 232448));
+  int regs = int(env_or("WICK_EMU_REGS", 128));  // a thread's registers, for occupancy
+  size_t total = size_t(env_or("WICK_EMU_GPU_MB", 4096)) << 20;
+  size_t used = 0;
+  std::map<void*, size_t> allocs;
+  std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
+  std::mutex mu;
+};
+Device& dev() {
+  static Device d;
+  return d;
+}
+
+thread_local cudaError_t g_last = cudaSuccess;
+
+cudaError_t set_error(cudaError_t e, const std::string& why) {
+  std::fprintf(stderr, "cuda emulator: %s\n", why.c_str());
+  g_last = e;
+  return e;
+}
+
+// Runs now, or records while the stream is captured.
+void enqueue(cudaStream_t st, Body op) {
+  if (st && st->capturing)
+    st->ops.push_back(std::move(op));
+  else
+    op();
+}
+
+}  // namespace
+
+void submit(cudaStream_t st, dim3 grid, dim3 block, size_t smem, const void* kernel, Body body) {
+  Device& d = dev();
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0 || threads > 1024 || block.z > 64 ||
+      grid.y > 65535 || grid.z > 65535) {
+    set_error(cudaErrorInvalidConfiguration,
+              "launch of grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+                  std::to_string(grid.z) + ") and block (" + std::to_string(block.x) + ", " +
+                  std::to_string(block.y) + ", " + std::to_string(block.z) + ")");
+    return;
+  }
+  int allowed = 48 * 1024;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.max_dynamic_smem.find(kernel);
+    if (it != d.max_dynamic_smem.end()) allowed = std::max(allowed, it->second);
+  }
+  if (smem > size_t(allowed) || smem > size_t(d.smem_optin)) {
+    set_error(cudaErrorInvalidValue, "launch with " + std::to_string(smem) +
+                                         " bytes of dynamic shared memory; the kernel allows " +
+                                         std::to_string(allowed) + ", the device " +
+                                         std::to_string(d.smem_optin));
+    return;
+  }
+  enqueue(st, [grid, block, smem, body = std::move(body)] { run_grid(body, grid, block, smem); });
+}
+
+}  // namespace wick_emu
+
+using wick_emu::dev;
+
+extern "C" {
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = wick_emu::g_last;
+  wick_emu::g_last = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() {
+  return wick_emu::g_last;
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorMemoryAllocation:
+      return "out of memory (emulated device)";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    default:
+      return "cuda emulator error";
+  }
+}
+const char* cudaGetErrorName(cudaError_t e) {
+  return cudaGetErrorString(e);
+}
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+cudaError_t cudaDeviceSynchronize() {
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  auto& d = dev();
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "wick CUDA emulator (%d SMs)", d.n_sms);
+  p->totalGlobalMem = d.total;
+  p->sharedMemPerBlock = 48 * 1024;
+  p->sharedMemPerBlockOptin = size_t(d.smem_optin);
+  p->sharedMemPerMultiprocessor = size_t(d.smem_optin) + 1024;
+  p->regsPerBlock = 65536;
+  p->regsPerMultiprocessor = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->maxBlocksPerMultiProcessor = 32;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->multiProcessorCount = d.n_sms;
+  p->major = 9;
+  p->minor = 0;
+  p->l2CacheSize = 50 << 20;
+  p->memoryBusWidth = 5120;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  auto& d = dev();
+  switch (a) {
+    case cudaDevAttrMultiProcessorCount:
+      *v = d.n_sms;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *v = d.smem_optin;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+      *v = 48 * 1024;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
+      *v = d.smem_optin + 1024;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *v = 9;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *v = 0;
+      return cudaSuccess;
+    case cudaDevAttrWarpSize:
+      *v = 32;
+      return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *v = 1024;
+      return cudaSuccess;
+    default:
+      *v = 0;
+      return cudaSuccess;
+  }
+}
+
+// ---- memory ----
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  auto& d = dev();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.used + bytes > d.total) {
+    *p = nullptr;
+    return wick_emu::set_error(cudaErrorMemoryAllocation,
+                               "cudaMalloc of " + std::to_string(bytes) +
+                                   " bytes: " + std::to_string(d.total - d.used) + " free");
+  }
+  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  d.allocs[*p] = bytes;
+  d.used += bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  auto& d = dev();
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto it = d.allocs.find(p);
+  if (it == d.allocs.end())
+    return wick_emu::set_error(cudaErrorInvalidValue,
+                               "cudaFree of a pointer cudaMalloc did not return");
+  d.used -= it->second;
+  d.allocs.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+  auto& d = dev();
+  std::lock_guard<std::mutex> lock(d.mu);
+  *free_b = d.total - d.used;
+  *total_b = d.total;
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t st) {
+  wick_emu::enqueue(st, [=] { std::memmove(dst, src, n); });
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
+  wick_emu::enqueue(st, [=] { std::memset(p, v, n); });
+  return cudaSuccess;
+}
+
+// ---- kernels ----
+cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) {
+  if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    auto& d = dev();
+    if (v > d.smem_optin)
+      return wick_emu::set_error(cudaErrorInvalidValue,
+                                 "cudaFuncSetAttribute: " + std::to_string(v) +
+                                     " bytes of dynamic shared memory, over the device's " +
+                                     std::to_string(d.smem_optin));
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.max_dynamic_smem[f] = v;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
+  *a = cudaFuncAttributes{};
+  const int regs = dev().regs;
+  a->numRegs = regs;
+  a->maxThreadsPerBlock = std::min(1024, 65536 / (regs * 32) * 32);
+  a->sharedSizeBytes = 0;  // the emulator does not know a kernel's static shared memory
+  a->maxDynamicSharedSizeBytes = 48 * 1024;
+  a->ptxVersion = a->binaryVersion = 90;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int block_size,
+                                                          size_t smem) {
+  auto& d = dev();
+  const int warps = (block_size + 31) / 32;
+  int by_warps = 64 / std::max(1, warps);
+  int by_regs = 65536 / std::max(1, d.regs * warps * 32);
+  int by_smem = int((size_t(d.smem_optin) + 1024) / (smem + 1024));
+  *n = std::max(0, std::min({32, by_warps, by_regs, by_smem}));
+  return cudaSuccess;
+}
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
+  return wick_emu::set_error(cudaErrorNotSupported,
+                             "cudaLaunchKernelExC: launch through wick_emu::launch");
+}
+
+// ---- streams, events, graphs ----
+cudaError_t cudaStreamCreate(cudaStream_t* st) {
+  *st = new CUstream_st;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* st, unsigned) {
+  return cudaStreamCreate(st);
+}
+cudaError_t cudaStreamDestroy(cudaStream_t st) {
+  delete st;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+  if (st && st->capturing) return cudaErrorStreamCaptureUnsupported;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode) {
+  if (!st || st->capturing) return cudaErrorIllegalState;
+  st->capturing = true;
+  st->ops.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t* g) {
+  if (!st || !st->capturing) return cudaErrorIllegalState;
+  st->capturing = false;
+  *g = new CUgraph_st{std::move(st->ops)};
+  st->ops.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t st, cudaStreamCaptureStatus* s) {
+  *s = st && st->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long) {
+  *e = new CUgraphExec_st{g->ops};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t st) {
+  for (auto& op : e->ops) wick_emu::enqueue(st, op);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  return cudaEventCreate(e);
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  return cudaSuccess;
+}
+
+}  // extern "C"

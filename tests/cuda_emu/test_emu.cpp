@@ -1,0 +1,236 @@
+// The CUDA emulator against what the CUDA guide and the PTX ISA say its
+// instructions do, and its reports of what would hang or corrupt a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "cuda_emu.h"
+
+namespace {
+
+uint16_t bf16_bits(float f) {
+  const __nv_bfloat16 b = __float2bfloat16(f);
+  uint16_t u;
+  std::memcpy(&u, &b, 2);
+  return u;
+}
+float bf16_value(uint16_t u) {
+  return __bfloat162float(wick_emu::bits_to<__nv_bfloat16>(u));
+}
+
+// m16n8k16: lane l (g = l / 4, t = l % 4) holds A[g][2t..2t+1], A[g+8][..],
+// A[g][2t+8..], A[g+8][2t+8..]; B[2t..2t+1][g], B[2t+8..][g]; C/D[g][2t..],
+// [g+8][2t..] (PTX ISA, "Matrix Fragments for mma.m16n8k16").
+void mma_kernel(const uint16_t* A, const uint16_t* B, float* D) {
+  const int l = int(threadIdx.x), g = l / 4, t = l % 4;
+  auto pair = [](const uint16_t* p, int i, int j) { return uint32_t(p[i]) | uint32_t(p[j]) << 16; };
+  const uint32_t a[4] = {pair(A, g * 16 + 2 * t, g * 16 + 2 * t + 1),
+                         pair(A, (g + 8) * 16 + 2 * t, (g + 8) * 16 + 2 * t + 1),
+                         pair(A, g * 16 + 2 * t + 8, g * 16 + 2 * t + 9),
+                         pair(A, (g + 8) * 16 + 2 * t + 8, (g + 8) * 16 + 2 * t + 9)};
+  const uint32_t b[2] = {pair(B, (2 * t) * 8 + g, (2 * t + 1) * 8 + g),
+                         pair(B, (2 * t + 8) * 8 + g, (2 * t + 9) * 8 + g)};
+  float d[4] = {1.f, 1.f, 1.f, 1.f};
+  wick_emu::mma_f32(d, a, b, true);
+  D[g * 8 + 2 * t] = d[0];
+  D[g * 8 + 2 * t + 1] = d[1];
+  D[(g + 8) * 8 + 2 * t] = d[2];
+  D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+
+TEST(CudaEmu, MmaBf16IsTheMatrixProductInThePtxLayout) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<uint16_t> A(16 * 16), B(16 * 8);
+  for (auto& v : A) v = bf16_bits(nd(rng));
+  for (auto& v : B) v = bf16_bits(nd(rng));
+  std::vector<float> D(16 * 8);
+  wick_emu::launch(dim3(1), dim3(32), 0, mma_kernel, A.data(), B.data(), D.data());
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      double want = 1;
+      for (int k = 0; k < 16; ++k)
+        want += double(bf16_value(A[r * 16 + k])) * bf16_value(B[k * 8 + n]);
+      EXPECT_NEAR(D[r * 8 + n], want, 1e-5 * (1 + std::fabs(want))) << r << ", " << n;
+    }
+}
+
+// m16n8k32 s8 x u8: lane l holds A[g][4t..4t+3], A[g+8][..], A[g][4t+16..],
+// A[g+8][4t+16..]; B[4t..4t+3][g], B[4t+16..][g].
+void imma_kernel(const int8_t* A, const uint8_t* B, int* D) {
+  const int l = int(threadIdx.x), g = l / 4, t = l % 4;
+  auto word = [](const void* p, int i) {
+    uint32_t w;
+    std::memcpy(&w, static_cast<const uint8_t*>(p) + i, 4);
+    return w;
+  };
+  auto col = [&](int k0) {
+    uint32_t w = 0;
+    for (int j = 0; j < 4; ++j) w |= uint32_t(B[(k0 + j) * 8 + g]) << (8 * j);
+    return w;
+  };
+  const uint32_t a[4] = {word(A, g * 32 + 4 * t), word(A, (g + 8) * 32 + 4 * t),
+                         word(A, g * 32 + 4 * t + 16), word(A, (g + 8) * 32 + 4 * t + 16)};
+  const uint32_t b[2] = {col(4 * t), col(4 * t + 16)};
+  int d[4];
+  wick_emu::imma(d, a, 4, b, 2, 32, true);
+  D[g * 8 + 2 * t] = d[0];
+  D[g * 8 + 2 * t + 1] = d[1];
+  D[(g + 8) * 8 + 2 * t] = d[2];
+  D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+
+TEST(CudaEmu, ImmaS8U8IsTheMatrixProductInThePtxLayout) {
+  std::mt19937 rng(2);
+  std::vector<int8_t> A(16 * 32);
+  std::vector<uint8_t> B(32 * 8);
+  for (auto& v : A) v = int8_t(rng());
+  for (auto& v : B) v = uint8_t(rng());
+  std::vector<int> D(16 * 8);
+  wick_emu::launch(dim3(1), dim3(32), 0, imma_kernel, A.data(), B.data(), D.data());
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      int want = 0;
+      for (int k = 0; k < 32; ++k) want += int(A[r * 32 + k]) * int(B[k * 8 + n]);
+      EXPECT_EQ(D[r * 8 + n], want) << r << ", " << n;
+    }
+}
+
+// ldmatrix .x2: lanes 0-15 address the rows of two 8 x 8 matrices of 16-bit
+// elements; lane l gets row l / 4, columns 2 (l % 4) and +1, of each (.trans:
+// the transposed matrices').
+void ldsm_kernel(const uint16_t* src, uint32_t* out, bool trans) {
+  static thread_local uint16_t tile[16][8];  // __shared__
+  const int l = int(threadIdx.x);
+  for (int i = 0; i < 4; ++i) tile[(4 * l + i) / 8][(4 * l + i) % 8] = src[4 * l + i];
+  __syncthreads();
+  uint32_t r0, r1;
+  wick_emu::ldmatrix_x2(r0, r1, tile[l % 16], trans);
+  out[2 * l] = r0;
+  out[2 * l + 1] = r1;
+}
+
+TEST(CudaEmu, LdmatrixGivesEachLaneItsPairs) {
+  std::vector<uint16_t> src(128);
+  for (int i = 0; i < 128; ++i) src[size_t(i)] = uint16_t(i);
+  for (bool trans : {false, true}) {
+    std::vector<uint32_t> out(64);
+    wick_emu::launch(dim3(1), dim3(32), 0, ldsm_kernel, src.data(), out.data(), trans);
+    for (int l = 0; l < 32; ++l)
+      for (int m = 0; m < 2; ++m)
+        for (int j = 0; j < 2; ++j) {
+          const int row = trans ? 2 * (l % 4) + j : l / 4, c = trans ? l / 4 : 2 * (l % 4) + j;
+          EXPECT_EQ((out[size_t(2 * l + m)] >> (16 * j)) & 0xffff, uint32_t(m * 64 + row * 8 + c))
+              << "lane " << l << " matrix " << m << (trans ? " trans" : "");
+        }
+  }
+}
+
+void shfl_kernel(int* out) {
+  const int l = int(threadIdx.x) % 32;
+  int v = l;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(~0u, v, off);
+  out[threadIdx.x] =
+      v + 1000 * __shfl_up_sync(~0u, l, 3) + 100000 * int(__ballot_sync(~0u, l & 1) == 0xaaaaaaaau);
+}
+
+TEST(CudaEmu, ShufflesAndVotesFollowTheGuide) {
+  std::vector<int> out(64);
+  wick_emu::launch(dim3(1), dim3(64), 0, shfl_kernel, out.data());
+  for (int t = 0; t < 64; ++t) {
+    const int l = t % 32;
+    EXPECT_EQ(out[size_t(t)], 496 + 1000 * (l >= 3 ? l - 3 : l) + 100000) << t;
+  }
+}
+
+// Half of warp 1 waits at __syncthreads, the other half at a __syncwarp that
+// needs the first half: a GPU hangs; the emulator says where they wait.
+void deadlock_kernel() {
+  if (threadIdx.x >= 32 && threadIdx.x < 48)
+    __syncwarp();
+  else
+    __syncthreads();
+}
+
+TEST(CudaEmu, ABarrierSomeThreadsNeverReachIsReported) {
+  try {
+    wick_emu::launch(dim3(1), dim3(64), 0, deadlock_kernel);
+    FAIL() << "no report";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+}
+
+void overrun_kernel(int n) {
+  ::wick_emu::dynamic_smem()[n + int(threadIdx.x)] = 1;
+}
+
+TEST(CudaEmu, WritesPastDynamicSharedMemoryAreReported) {
+  wick_emu::launch(dim3(1), dim3(32), 4096, overrun_kernel, 4096 - 32);  // the last 32 bytes
+  EXPECT_THROW(wick_emu::launch(dim3(1), dim3(32), 4096, overrun_kernel, 4096 - 16),
+               std::runtime_error);
+}
+
+// cp.async: the copy lands when its group is waited for (here, not before),
+// the bytes past src-size as zeros.
+void cp_async_kernel(const uint32_t* src, uint32_t* out) {
+  auto* s = reinterpret_cast<uint32_t*>(::wick_emu::dynamic_smem());
+  if (threadIdx.x == 0) {
+    s[0] = s[1] = s[2] = s[3] = 7;
+    wick_emu::cp_async(s, src, 16, 8);
+    wick_emu::cp_async_commit();
+    out[0] = s[0];
+    wick_emu::cp_async_wait(0);
+    for (int i = 0; i < 4; ++i) out[1 + i] = s[i];
+  }
+}
+
+TEST(CudaEmu, CpAsyncLandsAtTheWaitWithItsZeros) {
+  const uint32_t src[4] = {1, 2, 3, 4};
+  uint32_t out[5] = {};
+  wick_emu::launch(dim3(1), dim3(32), 64, cp_async_kernel, src, out);
+  EXPECT_EQ(out[0], 7u);
+  EXPECT_EQ(out[1], 1u);
+  EXPECT_EQ(out[2], 2u);
+  EXPECT_EQ(out[3], 0u);
+  EXPECT_EQ(out[4], 0u);
+}
+
+void add_kernel(int* p, int v) {
+  atomicAdd(p, v);
+}
+
+TEST(CudaEmu, LaunchChecksAndGraphsAsTheRuntime) {
+  int x = 0;
+  cudaGetLastError();
+  wick_emu::launch(dim3(1), dim3(32), 64 * 1024, add_kernel, &x, 1);  // no opt-in past 48 KB
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(x, 0);
+  cudaFuncSetAttribute(add_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+  wick_emu::launch(dim3(2), dim3(32), 64 * 1024, add_kernel, &x, 1);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(x, 64);
+  // a captured launch keeps its arguments; replays run it again
+  cudaStream_t st;
+  cudaStreamCreate(&st);
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  int v = 2;
+  wick_emu::launch(dim3(1), dim3(1), 0, st, add_kernel, &x, v);
+  v = 100;
+  cudaGraph_t g;
+  ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+  EXPECT_EQ(x, 64);  // recorded, not run
+  cudaGraphExec_t e;
+  ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+  cudaGraphLaunch(e, st);
+  cudaGraphLaunch(e, st);
+  EXPECT_EQ(x, 68);
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
