@@ -34,11 +34,14 @@ test: build model
 
 # Every GPU test on the CUDA emulator (tests/cuda_emu, docs/cuda_emu.md), for a
 # machine with no GPU: `make test` runs the quick ones (label emu); these are
-# all of them, the products at a prefill's size included (about an hour of
-# one core; EMU_FILTER narrows it, e.g. EMU_FILTER='CudaMatmulTiled.*').
+# all of them, the products at a prefill's size included, with the kernels
+# under AddressSanitizer (about 1.5 hours of one core; EMU_FILTER narrows it,
+# e.g. EMU_FILTER='CudaMatmulTiled.*').
 EMU_FILTER ?= *
 test-emu: build model
-	WICK_TEST_MODEL=$$(./scripts/fetch_model) $(BUILD)/bin/wick_gpu_emu_tests --gtest_filter='$(EMU_FILTER)'
+	cmake --build $(BUILD) -j $(JOBS) --target wick_gpu_emu_asan_tests
+	ASAN_OPTIONS=detect_leaks=0 WICK_TEST_MODEL=$$(./scripts/fetch_model) \
+		$(BUILD)/bin/wick_gpu_emu_asan_tests --gtest_filter='$(EMU_FILTER)'
 
 run: build model
 	$(WICK) run smollm2 "What is the capital of France?" --temperature 0

@@ -100,6 +100,11 @@ unsigned char poison() {
   return p;
 }
 
+// Under ASan (the kernels instrumented, this file not): threads stopped by a
+// reported error leave their frames' red zones poisoned on their stacks,
+// which the next CTA's threads would trip on; run_cta clears them.
+extern "C" void __asan_unpoison_memory_region(void const volatile*, size_t) __attribute__((weak));
+
 struct Stacks {  // 1,024 threads' stacks, allocated once a host thread
   std::unique_ptr<char[]> s{new char[1024 * kStack]};
   char* get(size_t i) { return s.get() + i * kStack; }
@@ -427,8 +432,15 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
   struct Restore {
     CtaRun* cta = g_cta;
     Fiber* cur = g_cur;
-    ~Restore() { g_cta = cta, g_cur = cur; }
-  } restore;
+    size_t n_stacks;
+    bool done = false;
+    ~Restore() {
+      g_cta = cta, g_cur = cur;
+      if (!done && __asan_unpoison_memory_region)  // threads left mid-call by an error
+        for (size_t i = 0; i < n_stacks; ++i)
+          __asan_unpoison_memory_region(g_stacks.get(i), kStack);
+    }
+  } restore{g_cta, g_cur, n};
   g_cta = &c;
   for (;;) {
     bool ran = true;
@@ -460,6 +472,7 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
       f.group_end.push_back(f.copies.size());
       finish_copies(f, f.group_end.size());
     }
+  restore.done = true;
   for (size_t i = 0; i < kRedZone; ++i)
     if (c.smem[smem_bytes + i] != poison())
       die("a kernel wrote past its " + std::to_string(smem_bytes) +

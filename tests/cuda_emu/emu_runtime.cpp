@@ -224,8 +224,12 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
                                "cudaMalloc of " + std::to_string(bytes) +
                                    " bytes: " + std::to_string(d.total - d.used) + " free");
   }
-  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-  if (!*p) return cudaErrorMemoryAllocation;
+  // exactly `bytes` (256-byte aligned, as cudaMalloc's): under ASan a kernel's
+  // read past a buffer's end is reported
+  if (posix_memalign(p, 256, std::max<size_t>(bytes, 1)) != 0) {
+    *p = nullptr;
+    return cudaErrorMemoryAllocation;
+  }
   d.allocs[*p] = bytes;
   d.used += bytes;
   return cudaSuccess;

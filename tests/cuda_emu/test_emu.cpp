@@ -199,6 +199,27 @@ TEST(CudaEmu, CpAsyncLandsAtTheWaitWithItsZeros) {
   EXPECT_EQ(out[4], 0u);
 }
 
+[[maybe_unused]] void read_kernel(const float* x, int n, float* out) {
+  out[0] = x[n + int(threadIdx.x)];
+}
+
+// make test-emu's binary: a kernel's read past a cudaMalloc'd buffer
+TEST(CudaEmu, ReadsPastADeviceBufferAreReportedUnderAsan) {
+#ifndef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "AddressSanitizer is on in wick_gpu_emu_asan_tests (make test-emu) only";
+#else
+  float *x = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&x), 100 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float)), cudaSuccess);
+  std::memset(x, 0, 100 * sizeof(float));
+  wick_emu::launch(dim3(1), dim3(4), 0, read_kernel, x, 96, out);  // x[96..99]
+  EXPECT_DEATH(wick_emu::launch(dim3(1), dim3(4), 0, read_kernel, x, 97, out),
+               "heap-buffer-overflow");
+  cudaFree(x);
+  cudaFree(out);
+#endif
+}
+
 void add_kernel(int* p, int v) {
   atomicAdd(p, v);
 }
