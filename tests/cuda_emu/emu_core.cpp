@@ -2,7 +2,6 @@
 // switched only where CUDA threads meet (barriers, warp collectives), so a
 // run is deterministic and a barrier some threads never reach is reported,
 // not hung.
-#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -56,7 +55,7 @@ struct Copy {
 struct Fiber {
   void* sp = nullptr;  // its stack, while it is not running
   uint3 tid{};
-  int lane = 0, warp = 0;
+  int lane = 0;
   St st = St::Run;
   // the warp collective this thread waits in, its inputs and results
   Op op = Op::None;
@@ -64,7 +63,7 @@ struct Fiber {
   int kind = 0, arg = 0, width = 32;
   uint64_t in = 0, out = 0;
   uint32_t a[4]{}, b[2]{};
-  int n_a = 0, n_b = 0, k = 0;
+  int k = 0;
   bool flag = false;
   float c[4]{};
   int ci[4]{};
@@ -426,7 +425,7 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
     Fiber& f = c.fibers[i];
     f.tid = {unsigned(i % block.x), unsigned(i / block.x % block.y),
              unsigned(i / (size_t(block.x) * block.y))};
-    f.lane = int(i % 32), f.warp = int(i / 32);
+    f.lane = int(i % 32);
     f.sp = fresh_stack(g_stacks.get(i));
   }
   struct Restore {

@@ -108,9 +108,6 @@ cudaError_t cudaGetLastError() {
   wick_emu::g_last = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError() {
-  return wick_emu::g_last;
-}
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
     case cudaSuccess:
@@ -127,9 +124,6 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "cuda emulator error";
   }
 }
-const char* cudaGetErrorName(cudaError_t e) {
-  return cudaGetErrorString(e);
-}
 
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
@@ -141,17 +135,6 @@ cudaError_t cudaGetDevice(int* d) {
 }
 cudaError_t cudaSetDevice(int d) {
   return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
-}
-cudaError_t cudaDeviceSynchronize() {
-  return cudaSuccess;
-}
-cudaError_t cudaRuntimeGetVersion(int* v) {
-  *v = CUDART_VERSION;
-  return cudaSuccess;
-}
-cudaError_t cudaDriverGetVersion(int* v) {
-  *v = CUDART_VERSION;
-  return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
@@ -262,10 +245,6 @@ cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
   *total_b = d.total;
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
-  std::memmove(dst, src, n);
-  return cudaSuccess;
-}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t st) {
   wick_emu::enqueue(st, [=] { std::memmove(dst, src, n); });
   return cudaSuccess;
@@ -312,10 +291,6 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, i
   int by_smem = int((size_t(d.smem_optin) + 1024) / (smem + 1024));
   *n = std::max(0, std::min({32, by_warps, by_regs, by_smem}));
   return cudaSuccess;
-}
-cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t*, const void*, void**) {
-  return wick_emu::set_error(cudaErrorNotSupported,
-                             "cudaLaunchKernelExC: launch through wick_emu::launch");
 }
 
 // ---- streams, events, graphs ----
@@ -367,12 +342,9 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
   delete e;
   return cudaSuccess;
 }
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
   *e = new CUevent_st;
   return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  return cudaEventCreate(e);
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
