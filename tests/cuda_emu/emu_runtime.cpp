@@ -2,8 +2,10 @@
 // make, over host memory. Streams run their work at once, in the caller;
 // a captured stream records it, and a graph replays the records (with the
 // arguments as they were at capture, as a CUDA graph does). The device is
-// H100-shaped: 132 SMs, 227 KB of shared memory a CTA (WICK_EMU_SMS,
-// WICK_EMU_SMEM_OPTIN, WICK_EMU_GPU_MB, WICK_EMU_REGS change it).
+// H100-shaped: 132 SMs, 227 KB of shared memory a CTA; WICK_EMU_GPU names
+// another GPU's shape (the CUDA guide's table of compute capabilities), and
+// WICK_EMU_SMS, WICK_EMU_SMEM_OPTIN, WICK_EMU_GPU_MB, WICK_EMU_REGS change
+// one figure of it.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,9 +39,33 @@ long env_or(const char* name, long fallback) {
   return v && *v ? std::strtol(v, nullptr, 10) : fallback;
 }
 
+// What the backend's choices read of a GPU: SMs, shared memory a CTA may opt
+// in to (an SM has 1 KB more), threads and CTAs an SM holds, and sm_XY.
+struct Shape {
+  const char* name;
+  int n_sms, smem_optin, max_threads_sm, max_ctas_sm, major, minor;
+};
+constexpr Shape kShapes[] = {
+    {"h100", 132, 232448, 2048, 32, 9, 0}, {"a100", 108, 166912, 2048, 32, 8, 0},
+    {"a10", 72, 101376, 1536, 16, 8, 6},   {"rtx3060", 28, 101376, 1536, 16, 8, 6},
+    {"l4", 58, 101376, 1536, 24, 8, 9},    {"rtx4090", 128, 101376, 1536, 24, 8, 9},
+};
+
+Shape shape_from_env() {
+  const char* name = std::getenv("WICK_EMU_GPU");
+  if (!name || !*name) return kShapes[0];
+  for (const Shape& s : kShapes)
+    if (std::strcmp(s.name, name) == 0) return s;
+  std::string known;
+  for (const Shape& s : kShapes) known += std::string(known.empty() ? "" : ", ") + s.name;
+  std::fprintf(stderr, "cuda emulator: WICK_EMU_GPU=%s is none of %s\n", name, known.c_str());
+  std::abort();
+}
+
 struct Device {
-  int n_sms = int(env_or("WICK_EMU_SMS", 132));
-  int smem_optin = int(env_or("WICK_EMU_SMEM_OPTIN", 232448));
+  Shape shape = shape_from_env();
+  int n_sms = int(env_or("WICK_EMU_SMS", shape.n_sms));
+  int smem_optin = int(env_or("WICK_EMU_SMEM_OPTIN", shape.smem_optin));
   int regs = int(env_or("WICK_EMU_REGS", 128));  // a thread's registers, for occupancy
   size_t total = size_t(env_or("WICK_EMU_GPU_MB", 4096)) << 20;
   size_t used = 0;
@@ -141,7 +167,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device != 0) return cudaErrorInvalidDevice;
   auto& d = dev();
   *p = cudaDeviceProp{};
-  std::snprintf(p->name, sizeof p->name, "wick CUDA emulator (%d SMs)", d.n_sms);
+  std::snprintf(p->name, sizeof p->name, "wick CUDA emulator (%s, %d SMs)", d.shape.name, d.n_sms);
   p->totalGlobalMem = d.total;
   p->sharedMemPerBlock = 48 * 1024;
   p->sharedMemPerBlockOptin = size_t(d.smem_optin);
@@ -150,15 +176,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->regsPerMultiprocessor = 65536;
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
-  p->maxThreadsPerMultiProcessor = 2048;
-  p->maxBlocksPerMultiProcessor = 32;
+  p->maxThreadsPerMultiProcessor = d.shape.max_threads_sm;
+  p->maxBlocksPerMultiProcessor = d.shape.max_ctas_sm;
   p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
   p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 0x7fffffff;
   p->maxGridSize[1] = p->maxGridSize[2] = 65535;
   p->multiProcessorCount = d.n_sms;
-  p->major = 9;
-  p->minor = 0;
+  p->major = d.shape.major;
+  p->minor = d.shape.minor;
   p->l2CacheSize = 50 << 20;
   p->memoryBusWidth = 5120;
   return cudaSuccess;
@@ -180,10 +206,10 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
       *v = d.smem_optin + 1024;
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor:
-      *v = 9;
+      *v = d.shape.major;
       return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor:
-      *v = 0;
+      *v = d.shape.minor;
       return cudaSuccess;
     case cudaDevAttrWarpSize:
       *v = 32;
@@ -286,10 +312,10 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, i
                                                           size_t smem) {
   auto& d = dev();
   const int warps = (block_size + 31) / 32;
-  int by_warps = 64 / std::max(1, warps);
+  int by_warps = d.shape.max_threads_sm / 32 / std::max(1, warps);
   int by_regs = 65536 / std::max(1, d.regs * warps * 32);
   int by_smem = int((size_t(d.smem_optin) + 1024) / (smem + 1024));
-  *n = std::max(0, std::min({32, by_warps, by_regs, by_smem}));
+  *n = std::max(0, std::min({d.shape.max_ctas_sm, by_warps, by_regs, by_smem}));
   return cudaSuccess;
 }
 

@@ -159,6 +159,31 @@ TEST_P(TinyOnGpu, PrefillLogitsEqualTokenByToken) {
   EXPECT_EQ(n_diff, 0u) << GetParam() << ": logits differing between prefill and decode";
 }
 
+// Greedy tokens of one order of a bf16 model's sums against another's:
+// equal up to the first step where the reference's best two tokens are
+// within `margin` (their log-probabilities) and the other order took the
+// second. From there the two continue different texts, so the rest is not
+// compared. (A flip needs a gap under twice the logits' difference, which
+// the callers bound; a greedy test on random tiny models must allow it,
+// as the emulator's and the H100's rounding of mma differ from the H200's.)
+// Both requests need top_logprobs >= 2.
+constexpr float kTieMargin = 1e-2f;
+void expect_greedy_equal_but_near_ties(const GenerateResult& got, const GenerateResult& want,
+                                       float margin, const std::string& what) {
+  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  ASSERT_EQ(want.logprobs.size(), want.tokens.size()) << what;
+  for (size_t i = 0; i < got.tokens.size(); ++i) {
+    if (got.tokens[i] == want.tokens[i]) continue;
+    const auto& top = want.logprobs[i].top;
+    ASSERT_GE(top.size(), 2u) << what;
+    const float gap = top[0].second - top[1].second;
+    std::printf("[ report ] %s: step %zu took the runner-up (gap %.2e)\n", what.c_str(), i, gap);
+    EXPECT_EQ(got.tokens[i], top[1].first) << what << ", step " << i;
+    EXPECT_LE(gap, margin) << what << ", step " << i << ": not a near tie";
+    return;
+  }
+}
+
 // SpanCacheEqualsFullPrefillAndAFreshEngine for one precision.
 void expect_span_cache_equals_full_prefill(const std::string& arch, bool f32) {
   auto m = load_model_and_tokenizer(tiny_dir(arch), {}, cuda_opts(f32));
@@ -170,6 +195,7 @@ void expect_span_cache_equals_full_prefill(const std::string& arch, bool f32) {
                     const std::vector<int32_t>& question, int32_t recompute) {
     GenerateRequest r = request_with_spans(prefix, docs, question, 8);
     r.span_recompute = recompute;
+    r.top_logprobs = 2;
     return r;
   };
   EngineConfig cfg;
@@ -206,7 +232,10 @@ void expect_span_cache_equals_full_prefill(const std::string& arch, bool f32) {
                              (l.blend > 0 ? "blend 1" : "recompute all");
     const double err = rel_err(got.first_logits, want.first_logits);
     std::printf("[ report ] span cache %s: relative error %.2e\n", what.c_str(), err);
-    EXPECT_EQ(got.tokens, want.tokens) << what;
+    if (f32)
+      EXPECT_EQ(got.tokens, want.tokens) << what;
+    else
+      expect_greedy_equal_but_near_ties(got, want, kTieMargin, what);
     EXPECT_LT(err, f32 ? 1e-4 : 2e-2) << what;
     EXPECT_EQ(got.n_span_misses, int32_t(docs.size())) << what;
     if (l.blend > 0) {  // every document token chosen
@@ -250,7 +279,8 @@ TEST(TinyOnGpuEngine, StepTokensDefaultToTheGpus) {
 // tightly; bf16 (f16 K/V) within its rounding: a layout with holes cuts the
 // keys into other 64-key chunks, so attention's running max and the f16
 // rounding of its probabilities differ, which bf16 activations carry on
-// (1.3e-3 to 5.7e-3 measured on an H200 and an H100, the tokens equal).
+// (1.3e-3 to 5.7e-3 measured on an H200 and an H100, the tokens equal; the
+// tokens up to a near tie: expect_greedy_equal_but_near_ties).
 TEST_P(TinyOnGpu, SpanCacheEqualsFullPrefillAndAFreshEngine) {
   WICK_REQUIRE_GPU();
   WICK_REQUIRE_SHARED();
