@@ -179,20 +179,30 @@ TEST(KvF16, WritesRoundLikeTheScalar) {
   }
 }
 
-// The GPU's cache follows --gpu-f32; asking otherwise is a clear error (even
-// where no GPU is present).
+// The GPU's cache follows --gpu-f32 (f32 with it; f16 or q8_0 without);
+// asking otherwise is a clear error (even where no GPU is present).
 TEST(KvF16, GpuCacheTypeMustMatchGpuF32) {
   BackendOptions o;
   o.device = Device::Cuda;
+  auto expect_type_error = [&](const char* what) {
+    try {
+      make_backend(o);
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--gpu-f32"), std::string::npos) << e.what();
+    }
+  };
   o.kv_cache_dtype = "f32";
+  expect_type_error("an f32 cache with bf16 weights on the GPU");
+  o.gpu_f32 = true;
+  o.kv_cache_dtype = "q8_0";
+  expect_type_error("a q8_0 cache with --gpu-f32");
+  o.gpu_f32 = false;  // taken: any error is about the GPU (none here), not the type
   try {
     make_backend(o);
-    ADD_FAILURE() << "accepted an f32 cache with bf16 weights on the GPU";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("--gpu-f32"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("--kv-cache-dtype"), std::string::npos) << e.what();
   }
-  o.kv_cache_dtype = "q8_0";  // the CPU's alone
-  EXPECT_THROW(make_backend(o), std::runtime_error);
   o.device = Device::Cpu;
   o.kv_cache_dtype = "q4_0";
   EXPECT_THROW(make_backend(o), std::runtime_error);

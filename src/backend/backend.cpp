@@ -63,10 +63,11 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
     throw std::runtime_error("--kv-cache-dtype " + kv + ": expected f32, f16 or q8_0");
   if (d == Device::Cpu)
     return make_cpu_backend(kv == "f16" ? DType::F16 : kv == "q8_0" ? DType::Q8_0 : DType::F32);
-  // the GPU's cache follows --gpu-f32 (its kernels pair f32 weights with an f32 cache)
-  if (!kv.empty() && kv != (opt.gpu_f32 ? "f32" : "f16"))
-    throw std::runtime_error("--kv-cache-dtype " + kv + " on the GPU: its cache is f16, f32 with " +
-                             "--gpu-f32");
+  // the GPU's cache: f16 or q8_0, f32 with --gpu-f32 (its kernels pair f32
+  // weights with an f32 cache)
+  if (!kv.empty() && (opt.gpu_f32 ? kv != "f32" : kv == "f32"))
+    throw std::runtime_error("--kv-cache-dtype " + kv + " on the GPU: its cache is f16 or q8_0, " +
+                             "f32 with --gpu-f32");
 #ifdef WICK_CUDA
   if (cuda_device_count() == 0)
     throw std::runtime_error("--device cuda: no CUDA GPU is visible (" + cuda_status() + ")");

@@ -99,8 +99,9 @@ struct BackendOptions {
   double gpu_memory_fraction = 0.90;  // of the device's memory wick may use
   int gpu_index = 0;
   std::string quantize;  // at load: f32/f16/bf16 matrices quantized to this plan ("" keeps them)
-  // The KV cache's type: "f32", "f16", "q8_0" (the CPU) or "" (the device's
-  // default: f32 on the CPU, f16 on a GPU, f32 there with gpu_f32).
+  // The KV cache's type: "f32" (the CPU, or a GPU with gpu_f32), "f16",
+  // "q8_0" or "" (the device's default: f32 on the CPU, f16 on a GPU, f32
+  // there with gpu_f32).
   std::string kv_cache_dtype;
   // At load: rope scaling over the model's (none/linear/yarn; "" keeps it),
   // its scale, and YaRN's trained context (0: the model's).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <random>
@@ -36,6 +37,43 @@ inline BackendOptions cuda_opts(bool gpu_f32) {
 
 inline std::unique_ptr<Backend> cuda_backend(bool gpu_f32 = false) {
   return make_backend(cuda_opts(gpu_f32));
+}
+// bf16 weights and a q8_0 KV cache (--kv-cache-dtype q8_0).
+inline BackendOptions cuda_q8_opts() {
+  BackendOptions o = cuda_opts(false);
+  o.kv_cache_dtype = "q8_0";
+  return o;
+}
+inline std::unique_ptr<Backend> cuda_backend_q8() {
+  return make_backend(cuda_q8_opts());
+}
+
+// Slot rows of kv_dim values as a layer of the GPU's q8_0 cache holds them
+// (kernels.h's KvLayer): each row quantize_row_q8_0'd, then the int8 plane
+// [n_slots][kv_dim] and the f16 scales' plane [n_slots][kv_dim / 32].
+inline std::vector<uint8_t> q8_cache_planes(const std::vector<float>& rows, int64_t kv_dim) {
+  const size_t n_slots = rows.size() / size_t(kv_dim), nb = size_t(kv_dim / 32);
+  std::vector<uint8_t> out(n_slots * size_t(kv_dim) + n_slots * nb * 2);
+  std::vector<uint8_t> blocks(nb * 34);
+  for (size_t s = 0; s < n_slots; ++s) {
+    quantize_row_q8_0(rows.data() + s * size_t(kv_dim), blocks.data(), kv_dim);
+    for (size_t b = 0; b < nb; ++b) {
+      std::memcpy(&out[s * size_t(kv_dim) + 32 * b], &blocks[34 * b + 2], 32);
+      std::memcpy(&out[n_slots * size_t(kv_dim) + 2 * (s * nb + b)], &blocks[34 * b], 2);
+    }
+  }
+  return out;
+}
+// The values those planes hold: q d in f32 (exact).
+inline std::vector<float> q8_cache_values(const std::vector<uint8_t>& planes, int64_t kv_dim) {
+  const size_t n_slots = planes.size() / (size_t(kv_dim) + size_t(kv_dim) / 16);
+  std::vector<float> out(n_slots * size_t(kv_dim));
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t d;
+    std::memcpy(&d, &planes[n_slots * size_t(kv_dim) + 2 * (i / 32)], 2);
+    out[i] = float(int8_t(planes[i])) * f16_to_f32(d);
+  }
+  return out;
 }
 
 // A host vector copied to a new device buffer, and back.

@@ -824,16 +824,11 @@ TEST(CudaAttnInt, OProductTakesTheAttentionsForm) {
       ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
       ASSERT_EQ(cudaMemsetAsync(form.data(), 0xff, form.bytes(), st), cudaSuccess);
       const cuda::NormInt ni{form.data(), int(T), int(n), true, true};
-      cuda::AttnArgs args{dq.as<float>(),
-                          kv->k_layer<void>(0),
-                          kv->v_layer<void>(0),
-                          att2.as<float>(),
-                          partial.as<float>(),
-                          int(n_head),
-                          int(n_head_kv),
-                          int(hd),
-                          0,
-                          true};
+      cuda::KvLayer layer;  // (the f16 cache)
+      layer.k = kv->k_layer<void>(0);
+      layer.v = kv->v_layer<void>(0);
+      cuda::AttnArgs args{dq.as<float>(), layer,          att2.as<float>(), partial.as<float>(),
+                          int(n_head),    int(n_head_kv), int(hd),          0};
       args.out_form = cuda::int_out(ni);
       EXPECT_TRUE(cuda::attention(args, a, st));
       expect_forms_quantize(*be, att2.as<float>(), ni, st, "attention");

@@ -721,12 +721,19 @@ TEST(CudaElementwise, NormsRopeAddSiluMatchCpu) {
   }
 }
 
-// The same K/V in a CPU store (f32) and a GPU one (f16 unless f32), rounded
-// to f16 first where the GPU stores f16: both kernels read equal values.
-void load_kv(Backend& be, std::vector<float> kh, std::vector<float> vh, bool f32, KvStore& cpu_kv,
+// The same K/V in a CPU store (f32) and a GPU one (f32, f16 or q8_0), rounded
+// as the GPU stores them first: both kernels read equal values (the GPU's
+// q8_0 then widens q d to f16 as it reads).
+void load_kv(Backend& be, std::vector<float> kh, std::vector<float> vh, KvStore& cpu_kv,
              KvStore& gpu_kv) {
   const size_t n_el = kh.size();
-  if (f32) {
+  if (gpu_kv.dtype == DType::Q8_0) {
+    for (auto* x : {&kh, &vh}) {
+      const std::vector<uint8_t> planes = q8_cache_planes(*x, gpu_kv.kv_dim);
+      *x = q8_cache_values(planes, gpu_kv.kv_dim);
+      be.copy_to_device(x == &kh ? gpu_kv.k.data() : gpu_kv.v.data(), planes.data(), planes.size());
+    }
+  } else if (gpu_kv.dtype == DType::F32) {
     be.copy_to_device(gpu_kv.k.data(), kh.data(), n_el * 4);
     be.copy_to_device(gpu_kv.v.data(), vh.data(), n_el * 4);
   } else {
@@ -747,14 +754,14 @@ void load_kv(Backend& be, std::vector<float> kh, std::vector<float> vh, bool f32
 // window; against the CPU kernel on the same (f16-rounded) K/V.
 struct AttnCase {
   int64_t head_dim, window;
-  bool f32;
+  bool f32, q8 = false;  // the cache: f16, f32 (--gpu-f32) or q8_0
 };
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudaAttention, MatchesCpuAndIsBatchInvariant) {
   WICK_REQUIRE_GPU();
-  const auto [hd, window, f32] = GetParam();
-  auto be = cuda_backend(f32);
+  const auto [hd, window, f32, q8] = GetParam();
+  auto be = q8 ? cuda_backend_q8() : cuda_backend(f32);
   std::mt19937 rng(21 + unsigned(hd));
   const int64_t n_head = 8, n_head_kv = 2, kv_dim = n_head_kv * hd, bs = 16, n_blocks = 200;
   auto cpu_kv = cpu_backend().make_kv(1, n_blocks, bs, kv_dim);
@@ -771,7 +778,7 @@ TEST_P(CudaAttention, MatchesCpuAndIsBatchInvariant) {
       tables[size_t(s)].push_back(perm[next++]);
   // random K/V in every slot
   const size_t n_el = size_t(n_blocks * bs * kv_dim);
-  load_kv(*be, randn(n_el, rng), randn(n_el, rng), f32, *cpu_kv, *gpu_kv);
+  load_kv(*be, randn(n_el, rng), randn(n_el, rng), *cpu_kv, *gpu_kv);
   // batch: seq 0 prefill of all 70, seq 1 one decode token at 1099, seq 2 a chunk at 40..59
   auto make_batch = [&](const std::vector<std::pair<int, std::pair<int, int>>>& parts) {
     Batch b;
@@ -813,16 +820,18 @@ TEST_P(CudaAttention, MatchesCpuAndIsBatchInvariant) {
     ASSERT_EQ(chunk[size_t(i)], got[size_t(76 * row + i)]) << "a 3-token run differs at " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
-                         ::testing::Values(AttnCase{16, 0, false}, AttnCase{32, 0, false},
-                                           AttnCase{64, 0, false}, AttnCase{128, 0, false},
-                                           AttnCase{64, 32, false}, AttnCase{16, 16, false},
-                                           AttnCase{64, 0, true}, AttnCase{16, 16, true}),
-                         [](const auto& info) {
-                           return "hd" + std::to_string(info.param.head_dim) + "_w" +
-                                  std::to_string(info.param.window) +
-                                  (info.param.f32 ? "_f32" : "_f16");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttention,
+    ::testing::Values(AttnCase{16, 0, false}, AttnCase{32, 0, false}, AttnCase{64, 0, false},
+                      AttnCase{128, 0, false}, AttnCase{64, 32, false}, AttnCase{16, 16, false},
+                      AttnCase{64, 0, true}, AttnCase{16, 16, true}, AttnCase{16, 0, false, true},
+                      AttnCase{64, 32, false, true}, AttnCase{128, 0, false, true}),
+    [](const auto& info) {
+      return "hd" + std::to_string(info.param.head_dim) + "_w" + std::to_string(info.param.window) +
+             (info.param.f32  ? "_f32"
+              : info.param.q8 ? "_q8_0"
+                              : "_f16");
+    });
 
 // Pre-RoPE keys (the span cache) through a span layout: blocks closed early,
 // spans placed at an offset in their block, holes that RoPE does not count,
@@ -832,10 +841,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
 // Hole slots hold large keys: a kernel that read one would be far off.
 TEST(CudaAttention, PreRopeKeysThroughHolesMatchCpu) {
   WICK_REQUIRE_GPU();
-  for (bool f32 : {false, true})
+  for (const char* cache : {"f16", "f32", "q8_0"})
     for (int64_t hd : {64, 128}) {
-      SCOPED_TRACE(std::string(f32 ? "f32" : "f16") + " head_dim " + std::to_string(hd));
-      auto be = cuda_backend(f32);
+      SCOPED_TRACE(std::string(cache) + " head_dim " + std::to_string(hd));
+      const bool f32 = std::string(cache) == "f32";
+      auto be = std::string(cache) == "q8_0" ? cuda_backend_q8() : cuda_backend(f32);
       std::mt19937 rng(57 + unsigned(hd));
       const int64_t n_head = 8, n_head_kv = 2, kv_dim = n_head_kv * hd, bs = 16, n_blocks = 90;
       auto cpu_kv = cpu_backend().make_kv(1, n_blocks, bs, kv_dim, true);
@@ -864,7 +874,7 @@ TEST(CudaAttention, PreRopeKeysThroughHolesMatchCpu) {
             const size_t at = (size_t(tables[0][blk]) * size_t(bs) + size_t(o)) * size_t(kv_dim);
             for (int64_t i = 0; i < kv_dim; ++i) kh[at + size_t(i)] *= 30.f;
           }
-      load_kv(*be, std::move(kh), std::move(vh), f32, *cpu_kv, *gpu_kv);
+      load_kv(*be, std::move(kh), std::move(vh), *cpu_kv, *gpu_kv);
       const std::vector<float> inv = rope_inv_freq(hd);
       Buffer dinv = to_device(*be, inv.data(), inv.size() * 4);
       // (sequence, positions): holes in the batch only where a token of sequence 0 is

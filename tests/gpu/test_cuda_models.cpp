@@ -461,13 +461,14 @@ TEST_P(TinyOnGpu, SpanRunnersTakingTurnsKeepTheirGraphs) {
 }
 
 // The default model answers the same on the GPU as on the CPU (greedy), for
-// a question through its chat template, as `wick run` asks it.
-TEST(DefaultModelOnGpu, GreedyAnswerEqualsCpu) {
-  WICK_REQUIRE_GPU();
+// a question through its chat template, as `wick run` asks it; and again
+// with q8_0 KV caches on both (their blocks quantized with the same bits).
+void expect_default_answer_equal(const std::string& kv_cache_dtype) {
   const char* model = std::getenv("WICK_TEST_MODEL");
   if (!model || !std::filesystem::exists(model))
     WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
-  auto answer = [&](const BackendOptions& o) {
+  auto answer = [&](BackendOptions o) {
+    o.kv_cache_dtype = kv_cache_dtype;
     auto m = load_model_and_tokenizer(model, {}, o);
     const Tokenizer& tk = *m->tokenizer;
     ChatTemplate t(tk.chat_template, "smollm2");
@@ -491,6 +492,14 @@ TEST(DefaultModelOnGpu, GreedyAnswerEqualsCpu) {
   EXPECT_GT(cpu.tokens.size(), 2u);
   EXPECT_NE(cpu.text.find("Paris"), std::string::npos);
   EXPECT_EQ(gpu.tokens, cpu.tokens);
+}
+TEST(DefaultModelOnGpu, GreedyAnswerEqualsCpu) {
+  WICK_REQUIRE_GPU();
+  expect_default_answer_equal("");
+}
+TEST(DefaultModelOnGpu, GreedyAnswerWithQ8CachesEqualsCpu) {
+  WICK_REQUIRE_GPU();
+  expect_default_answer_equal("q8_0");
 }
 
 // With integer products (the default model: Q4_1, Q6_K and Q8_0 weights),

@@ -11,6 +11,9 @@
 // range add exact zeros, so a row's result does not depend on the other
 // rows of its tile or on the batch: decode and prefill give the same bits.
 //
+// q8_0 cache (--kv-cache-dtype q8_0): the same kernels, its values widened
+// to f16 on their way into shared memory (kv_q8.cuh).
+//
 // f32 cache (--gpu-f32): one warp per (token, head) on the CUDA cores.
 #include <cfloat>
 #include <cstdlib>
@@ -19,6 +22,7 @@
 
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/matmul_int.cuh"
 
 namespace wick::cuda {
@@ -133,7 +137,7 @@ __device__ __forceinline__ void load_q(const AttnArgs& a, const Rows& r, int c,
 // Pre-RoPE keys (span caches): each pair (i, i + HD/2) rotated by its
 // position on the way into shared memory. Out of line: the usual cache
 // never runs it, and the attention kernels stay small for the i-cache.
-template <int HD, int LD>
+template <int HD, int LD, bool Q8>
 __device__ __noinline__ void stage_rotated_k(const AttnArgs& a, const BatchArgs& b,
                                              const int32_t* table, const int32_t* fill, int kvh,
                                              int k0, int key_hi, __half (*ks)[LD], int tid,
@@ -145,14 +149,23 @@ __device__ __noinline__ void stage_rotated_k(const AttnArgs& a, const BatchArgs&
     float r0[4] = {0, 0, 0, 0}, r1[4] = {0, 0, 0, 0};
     if (pos <= key_hi && slot_filled(b, fill, pos)) {
       const int slot = table[pos / b.block_size] * b.block_size + pos % b.block_size;
-      const __half* kr =
-          static_cast<const __half*>(a.k_cache) + size_t(slot) * kv_dim + size_t(kvh) * HD;
+      const int at = kvh * HD;             // the key's first element in its slot row
       const int blk = pos / b.block_size;  // RoPE counts only filled slots (holes shift)
       const float* cs =
           a.rope + size_t(fill ? pos - b.block_shift[fill - b.block_fill + blk] : pos) * HD;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x0 = __half2float(kr[d + e]), x1 = __half2float(kr[H2 + d + e]);
+        float x0, x1;
+        if constexpr (Q8) {
+          const auto* q = static_cast<const int8_t*>(a.cache.k);
+          const auto* sd = static_cast<const __half*>(a.cache.k_scale);
+          x0 = q8_load(q, sd, size_t(slot), kv_dim, at + d + e);
+          x1 = q8_load(q, sd, size_t(slot), kv_dim, at + H2 + d + e);
+        } else {
+          const __half* kr = static_cast<const __half*>(a.cache.k) + size_t(slot) * kv_dim + at;
+          x0 = __half2float(kr[d + e]);
+          x1 = __half2float(kr[H2 + d + e]);
+        }
         const float c = cs[d + e], sn = cs[H2 + d + e];
         r0[e] = rope_lo(x0, x1, c, sn);
         r1[e] = rope_hi(x0, x1, c, sn);
@@ -168,8 +181,9 @@ __device__ __noinline__ void stage_rotated_k(const AttnArgs& a, const BatchArgs&
 
 // K and V of the kKeys positions from k0 into shared memory (zeros past
 // key_hi and in holes), by threads tid, tid + n_threads, ...; the caller
-// waits (cp_async_wait_all) and synchronises.
-template <int HD, int LD>
+// waits (cp_async_wait_all) and synchronises. Q8: widened to f16 by the
+// threads themselves (plain loads: 8 bytes of q and a scale a piece).
+template <int HD, int LD, bool Q8>
 __device__ __forceinline__ void stage_kv(const AttnArgs& a, const BatchArgs& b,
                                          const int32_t* table, const int32_t* fill, int kvh, int k0,
                                          int key_hi, __half (*ks)[LD], __half (*vs)[LD], int tid,
@@ -182,15 +196,30 @@ __device__ __forceinline__ void stage_kv(const AttnArgs& a, const BatchArgs& b,
   int pos = k0 + tid / P8, blk = pos / b.block_size, in_blk = pos % b.block_size;
   for (int j = tid / P8; j < kKeys; j += dj) {
     const bool ok = pos <= key_hi && slot_filled(b, fill, pos);
-    size_t off = 0;
-    if (ok)
-      off = size_t(table[blk] * b.block_size + in_blk) * kv_dim + size_t(kvh) * HD + part8 * 8;
-    if (!a.rope) cp_async16(&ks[j][part8 * 8], static_cast<const __half*>(a.k_cache) + off, ok);
-    cp_async16(&vs[j][part8 * 8], static_cast<const __half*>(a.v_cache) + off, ok);
+    if constexpr (Q8) {
+      const int i = kvh * HD + part8 * 8;
+      const size_t slot = ok ? size_t(table[blk] * b.block_size + in_blk) : 0;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      const auto* kq = static_cast<const int8_t*>(a.cache.k);
+      const auto* vq = static_cast<const int8_t*>(a.cache.v);
+      const auto* kd = static_cast<const __half*>(a.cache.k_scale);
+      const auto* vd = static_cast<const __half*>(a.cache.v_scale);
+      if (!a.rope)
+        *reinterpret_cast<uint4*>(&ks[j][part8 * 8]) =
+            ok ? q8_load8_f16(kq, kd, slot, kv_dim, i) : zero;
+      *reinterpret_cast<uint4*>(&vs[j][part8 * 8]) =
+          ok ? q8_load8_f16(vq, vd, slot, kv_dim, i) : zero;
+    } else {
+      size_t off = 0;
+      if (ok)
+        off = size_t(table[blk] * b.block_size + in_blk) * kv_dim + size_t(kvh) * HD + part8 * 8;
+      if (!a.rope) cp_async16(&ks[j][part8 * 8], static_cast<const __half*>(a.cache.k) + off, ok);
+      cp_async16(&vs[j][part8 * 8], static_cast<const __half*>(a.cache.v) + off, ok);
+    }
     pos += dj;
     for (in_blk += dj; in_blk >= b.block_size; in_blk -= b.block_size) ++blk;
   }
-  if (a.rope) stage_rotated_k<HD, LD>(a, b, table, fill, kvh, k0, key_hi, ks, tid, n_threads);
+  if (a.rope) stage_rotated_k<HD, LD, Q8>(a, b, table, fill, kvh, k0, key_hi, ks, tid, n_threads);
 }
 
 // Scaled, masked scores of the lane's rows for the chunk at k0 and each
@@ -315,7 +344,7 @@ __device__ __forceinline__ void attn_int_out(const AttnArgs& a, int tok, int hea
 // consecutive tokens of one sequence, all heads of one KV head's group, so
 // each K/V chunk is read once for the whole group; 4 warps own 16 rows each
 // and walk the partition's chunks in order.
-template <int HD, bool FILL>
+template <int HD, bool FILL, bool Q8>
 __global__ void __launch_bounds__(128)
     attn_f16_kernel(const __grid_constant__ AttnArgs a, const __grid_constant__ BatchArgs b,
                     int n_row_tiles, int n_parts) {
@@ -358,7 +387,7 @@ __global__ void __launch_bounds__(128)
   const int end_key = min(part_hi, key_hi + 1);
   for (int k0 = first_key; k0 < end_key; k0 += kKeys) {
     __syncthreads();
-    stage_kv<HD, LD>(a, b, table, fill, kvh, k0, key_hi, ks, vs, threadIdx.x, blockDim.x);
+    stage_kv<HD, LD, Q8>(a, b, table, fill, kvh, k0, key_hi, ks, vs, threadIdx.x, blockDim.x);
     cp_async_wait_all();
     __syncthreads();
     float sc[8][4], mx[2], m_use[2], alpha[2], rs[2], pv[HD / 8][4];
@@ -414,7 +443,7 @@ constexpr size_t decode_smem() {
          + 16 * 4;                        // running max
 }
 
-template <int HD, bool FILL>
+template <int HD, bool FILL, bool Q8>
 __global__ void __launch_bounds__(decode_warps<HD>() * 32)
     attn_f16_decode_kernel(const __grid_constant__ AttnArgs a, const __grid_constant__ BatchArgs b,
                            int n_parts) {
@@ -466,7 +495,7 @@ __global__ void __launch_bounds__(decode_warps<HD>() * 32)
     const int n_active = min(NW, (end_key - w0 + kKeys - 1) / kKeys);
     float sc[8][4], mx[2] = {-INFINITY, -INFINITY};
     if (active) {
-      stage_kv<HD, LD>(a, b, table, fill, kvh, k0, key_hi, ks, vs, lane, 32);
+      stage_kv<HD, LD, Q8>(a, b, table, fill, kvh, k0, key_hi, ks, vs, lane, 32);
       if (!have_q) load_q<HD>(a, r, c, qf);
       have_q = true;
       cp_async_wait_all();
@@ -605,8 +634,8 @@ __global__ void attn_f32_kernel(const __grid_constant__ AttnArgs a,
   for (int j = lo; j <= pos; ++j) {
     if (!slot_filled(b, fill, j)) continue;
     const size_t slot = size_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
-    const float* kr = static_cast<const float*>(a.k_cache) + slot * kv_dim + (h / G) * HD;
-    const float* vr = static_cast<const float*>(a.v_cache) + slot * kv_dim + (h / G) * HD;
+    const float* kr = static_cast<const float*>(a.cache.k) + slot * kv_dim + (h / G) * HD;
+    const float* vr = static_cast<const float*>(a.cache.v) + slot * kv_dim + (h / G) * HD;
     float s = 0.f;
     if (a.rope) {  // pre-RoPE key: rotated pair by pair, lane i taking pairs i, i + 32, ...
       const int jr = fill ? j - b.block_shift[fill - b.block_fill + j / b.block_size] : j;
@@ -674,11 +703,11 @@ bool decode_kernel_for(const AttnArgs& a, const BatchArgs& b, int G, int n_parts
          decode_kernel_fits<HD>();
 }
 
-template <int HD, bool FILL>
+template <int HD, bool FILL, bool Q8>
 void launch_f16_kernels(const AttnArgs& a, const BatchArgs& b, int G, int n_parts,
                         cudaStream_t st) {
   if (decode_kernel_for<HD>(a, b, G, n_parts)) {
-    auto kernel = attn_f16_decode_kernel<HD, FILL>;
+    auto kernel = attn_f16_decode_kernel<HD, FILL, Q8>;
     static bool raised = false;
     if (!raised) {
       WICK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -690,7 +719,7 @@ void launch_f16_kernels(const AttnArgs& a, const BatchArgs& b, int G, int n_part
   } else {
     const int n_row_tiles = ceil_div(int64_t(b.max_run) * G, kRows);
     const dim3 grid(unsigned(b.n_runs * n_row_tiles * n_parts), unsigned(a.n_head_kv));
-    launch_early(attn_f16_kernel<HD, FILL>, grid, dim3(128), 0, st, a, b, n_row_tiles, n_parts);
+    launch_early(attn_f16_kernel<HD, FILL, Q8>, grid, dim3(128), 0, st, a, b, n_row_tiles, n_parts);
   }
 }
 
@@ -701,10 +730,15 @@ bool launch_f16(const AttnArgs& a0, const BatchArgs& b, cudaStream_t st) {
   AttnArgs a = a0;  // the form: the decode kernel (and the combine), whole warps of one head
   const bool form = a.out_form.any() && HD >= 32 && decode_kernel_for<HD>(a, b, G, n_parts);
   if (!form) a.out_form = IntOut{};
+  const bool q8 = a.cache.type == KvType::Q8;
+  if (q8 && (a.n_head_kv * HD) % 32)
+    throw std::invalid_argument("attention: a q8_0 cache's rows are whole blocks of 32");
   if (b.block_fill)
-    launch_f16_kernels<HD, true>(a, b, G, n_parts, st);
+    q8 ? launch_f16_kernels<HD, true, true>(a, b, G, n_parts, st)
+       : launch_f16_kernels<HD, true, false>(a, b, G, n_parts, st);
   else
-    launch_f16_kernels<HD, false>(a, b, G, n_parts, st);
+    q8 ? launch_f16_kernels<HD, false, true>(a, b, G, n_parts, st)
+       : launch_f16_kernels<HD, false, false>(a, b, G, n_parts, st);
   if (n_parts > 1)  // (with one, every row finished in it)
     launch_early(attn_combine_kernel, dim3(unsigned(b.n_tokens), unsigned(a.n_head)),
                  dim3(std::min(HD, 128)), 0, st, a, b, n_parts);
@@ -746,10 +780,10 @@ bool attention(const AttnArgs& a, const BatchArgs& b, cudaStream_t st) {
   if (a.n_head % a.n_head_kv)
     throw std::invalid_argument("attention: n_head is not a multiple of n_head_kv");
   switch (a.head_dim) {
-#define WICK_HD(hd)                                   \
-  case hd:                                            \
-    if (a.cache_f16) return launch_f16<hd>(a, b, st); \
-    launch_f32<hd>(a, b, st);                         \
+#define WICK_HD(hd)                                                   \
+  case hd:                                                            \
+    if (a.cache.type != KvType::F32) return launch_f16<hd>(a, b, st); \
+    launch_f32<hd>(a, b, st);                                         \
     return false;
     WICK_HD(16)
     WICK_HD(32)

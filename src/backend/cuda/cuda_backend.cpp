@@ -227,8 +227,15 @@ class CudaBackend final : public Backend {
     expert_tables_[out[0].gate.aux] = std::move(b);
   }
 
-  DType kv_dtype() const override { return opt_.gpu_f32 ? DType::F32 : DType::F16; }
+  DType kv_dtype() const override {
+    return opt_.gpu_f32 ? DType::F32 : opt_.kv_cache_dtype == "q8_0" ? DType::Q8_0 : DType::F16;
+  }
   std::unique_ptr<KvStore> create_kv(const KvSpec& spec) override {
+    // q8_0 (kernels.h's KvLayer): whole blocks of 32 a row
+    if (kv_dtype() == DType::Q8_0 && spec.kv_dim % 32)
+      throw std::runtime_error(fmt::format(
+          "--kv-cache-dtype q8_0: rows of whole blocks of 32 (this model's K/V rows: {})",
+          spec.kv_dim));
     auto kv = std::make_unique<KvStore>();
     kv->n_layer = spec.n_layer;
     kv->n_slots = spec.n_blocks * spec.block_size;
@@ -245,13 +252,39 @@ class CudaBackend final : public Backend {
   }
 
   void copy_blocks(KvStore& kv, std::span<const std::pair<int32_t, int32_t>> pairs) override {
-    const size_t block_bytes = size_t(kv.block_size) * row_bytes(kv.dtype, kv.kv_dim);
-    for (int64_t il = 0; il < kv.n_layer; ++il)
-      for (auto [src, dst] : pairs)
-        for (auto* base : {kv.k_layer<uint8_t>(il), kv.v_layer<uint8_t>(il)})
-          WICK_CUDA_CHECK(cudaMemcpyAsync(base + size_t(dst) * block_bytes,
-                                          base + size_t(src) * block_bytes, block_bytes,
-                                          cudaMemcpyDeviceToDevice, st()));
+    // (q8_0: the int8 plane's rows and the scales' rows, each a run of a block's slots)
+    const bool q8 = kv.dtype == DType::Q8_0;
+    const size_t row = q8 ? size_t(kv.kv_dim) : row_bytes(kv.dtype, kv.kv_dim);
+    const size_t block_bytes = size_t(kv.block_size) * row;
+    const size_t scale_block_bytes = size_t(kv.block_size) * size_t(kv.kv_dim / 32) * 2;
+    for (int64_t il = 0; il < kv.n_layer; ++il) {
+      const cuda::KvLayer l = layer(kv, il);
+      for (auto [src, dst] : pairs) {
+        for (void* base : {l.k, l.v}) copy_run(base, src, dst, block_bytes);
+        if (q8)
+          for (void* base : {l.k_scale, l.v_scale}) copy_run(base, src, dst, scale_block_bytes);
+      }
+    }
+  }
+  void copy_run(void* base, int32_t src, int32_t dst, size_t bytes) {
+    auto* b = static_cast<uint8_t*>(base);
+    WICK_CUDA_CHECK(cudaMemcpyAsync(b + size_t(dst) * bytes, b + size_t(src) * bytes, bytes,
+                                    cudaMemcpyDeviceToDevice, st()));
+  }
+  // Layer il of the cache as the kernels address it.
+  static cuda::KvLayer layer(const KvStore& kv, int64_t il) {
+    cuda::KvLayer l;
+    l.k = kv.k_layer<void>(il);
+    l.v = kv.v_layer<void>(il);
+    l.type = kv.dtype == DType::F32   ? cuda::KvType::F32
+             : kv.dtype == DType::F16 ? cuda::KvType::F16
+                                      : cuda::KvType::Q8;
+    if (l.type == cuda::KvType::Q8) {
+      const size_t q_bytes = size_t(kv.n_slots) * size_t(kv.kv_dim);
+      l.k_scale = static_cast<uint8_t*>(l.k) + q_bytes;
+      l.v_scale = static_cast<uint8_t*>(l.v) + q_bytes;
+    }
+    return l;
   }
   BatchArgs upload(const Batch& b) override {
     const auto& ints = b.packed();
@@ -393,20 +426,17 @@ class CudaBackend final : public Backend {
   }
   void kv_write(KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                 const float* v) override {
-    cuda::kv_write(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                   b.slots, b.n_tokens, int(kv.kv_dim), st());
+    cuda::kv_write(k, v, layer(kv, il), b.slots, b.n_tokens, int(kv.kv_dim), st());
   }
   void kv_deviation(const KvStore& kv, int64_t il, const BatchArgs& b, const float* k,
                     const float* v, float* out) override {
-    cuda::kv_deviation(k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                       b.slots, b.n_tokens, int(kv.kv_dim), out, st());
+    cuda::kv_deviation(k, v, layer(kv, il), b.slots, b.n_tokens, int(kv.kv_dim), out, st());
   }
   void rope_kv_write(float* q, float* k, const float* v, KvStore& kv, int64_t il,
                      const BatchArgs& b, const AttnShape& s, const float* inv_freq) override {
     if (skip("rope")) return;
-    cuda::rope_kv_write(q, k, v, kv.k_layer<void>(il), kv.v_layer<void>(il), kv.dtype == DType::F16,
-                        !kv.pre_rope, b.slots, b.rope_pos, b.n_tokens, int(s.n_head),
-                        int(s.n_head_kv), int(s.head_dim), inv_freq, st());
+    cuda::rope_kv_write(q, k, v, layer(kv, il), !kv.pre_rope, b.slots, b.rope_pos, b.n_tokens,
+                        int(s.n_head), int(s.n_head_kv), int(s.head_dim), inv_freq, st());
   }
   void qkv_rope_kv_write(const Weight* w[3], const float* bias[3], const float* x, float* out[3],
                          KvStore& kv, int64_t il, const BatchArgs& b, const AttnShape& s) override {
@@ -422,10 +452,11 @@ class CudaBackend final : public Backend {
     r.rotate_k = !kv.pre_rope;
     r.head_dim = int(s.head_dim);
     // (WICK_CUDA_SKIP measures qkv and rope apart: the two kernels; LoRA
-    // terms come between the products and RoPE)
+    // terms come between the products and RoPE; a q8_0 cache's blocks of 32
+    // are quantized by rope_kv_write's warps)
     const bool lora = w[0]->lora || w[1]->lora || w[2]->lora;
     const ReadsX rx(*this, x, b.n_tokens);
-    if (skip_.empty() && !lora &&
+    if (skip_.empty() && !lora && kv.dtype != DType::Q8_0 &&
         cuda::matmul_qkv_rope_kv(jobs, x, int(b.n_tokens), r, mm_scratch(jobs, 3, b.n_tokens), st(),
                                  rx.ni))
       return;
@@ -435,24 +466,22 @@ class CudaBackend final : public Backend {
                  const AttnShape& s, float* out) override {
     if (skip("attn")) return;
     const size_t need = cuda::attention_partial_floats(b, int(s.n_head), int(s.head_dim));
-    if (kv.dtype == DType::F16 && partial_.bytes() < need * 4) partial_ = alloc(need * 4 * 5 / 4);
+    if (kv.dtype != DType::F32 && partial_.bytes() < need * 4) partial_ = alloc(need * 4 * 5 / 4);
     cuda::AttnArgs a{q,
-                     kv.k_layer<void>(il),
-                     kv.v_layer<void>(il),
+                     layer(kv, il),
                      out,
                      partial_.as<float>(),
                      int(s.n_head),
                      int(s.n_head_kv),
                      int(s.head_dim),
                      int(s.sliding_window),
-                     kv.dtype == DType::F16,
                      kv.pre_rope ? rope_rows(s.inv_freq, int(s.head_dim), b.max_ctx) : nullptr,
                      s.score_factor};
     // decode steps with integer products: out's integer form too, for o
-    // (f16 caches, head_dim 32 and up: where cuda::attention can write it)
+    // (f16 and q8_0 caches, head_dim 32 and up: where cuda::attention can write it)
     attn_form_.y = nullptr;
     const int64_t n = s.n_head * s.head_dim;
-    const bool can = b.n_tokens <= 16 && kv.dtype == DType::F16 && s.head_dim >= 32;
+    const bool can = b.n_tokens <= 16 && kv.dtype != DType::F32 && s.head_dim >= 32;
     const cuda::NormInt* ni = can ? int_form_for(attn_form_, b.n_tokens, n) : nullptr;
     if (ni) a.out_form = cuda::int_out(*ni);
     if (cuda::attention(a, b, st()) && ni) {

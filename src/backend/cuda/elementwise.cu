@@ -2,9 +2,11 @@
 // reductions use one block per row with a fixed tree, so a row's result
 // does not depend on the other rows.
 #include <stdexcept>
+#include <type_traits>
 
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_q8.cuh"
 #include "backend/cuda/matmul_int.cuh"
 
 namespace wick::cuda {
@@ -170,19 +172,43 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int n_heads, int head_
   rotate(x + size_t(blockIdx.x) * n_heads * head_dim, pos[blockIdx.x], head_dim, inv_freq, n_heads);
 }
 
-template <typename T>
-__device__ T to_cache(float v);
-template <>
-__device__ __half to_cache<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ float to_cache<float>(float v) {
-  return v;
+// Element i of a K or V row into its cache row `slot` (plane q; Q8: scales
+// d). Q8 quantizes a block of 32 per warp: the callers' loops run i =
+// threadIdx.x, + blockDim.x, ... with whole warps and kv_dim a multiple of
+// 32, so a warp's lanes hold one block.
+template <KvType KT>
+__device__ __forceinline__ void cache_put(void* q, void* d, size_t slot, int kv_dim, int i,
+                                          float x) {
+  const size_t at = slot * size_t(kv_dim) + size_t(i);
+  if constexpr (KT == KvType::Q8) {
+    const int lane = int(threadIdx.x) & 31;
+    q8_store(x, lane, static_cast<int8_t*>(q) + (at - size_t(lane)),
+             static_cast<__half*>(d) + at / 32);
+  } else if constexpr (KT == KvType::F16) {
+    static_cast<__half*>(q)[at] = __float2half_rn(x);
+  } else {
+    static_cast<float*>(q)[at] = x;
+  }
 }
 
-template <typename T>
-__global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
+// x as the cache would hold it, and element i of row `slot` as the cache
+// holds it (both widened to f32).
+template <KvType KT>
+__device__ __forceinline__ float2 cache_pair(const void* q, const void* d, size_t slot, int kv_dim,
+                                             int i, float x) {
+  const size_t at = slot * size_t(kv_dim) + size_t(i);
+  if constexpr (KT == KvType::Q8) {
+    return {q8_round_trip(x, int(threadIdx.x) & 31),
+            q8_load(static_cast<const int8_t*>(q), static_cast<const __half*>(d), slot, kv_dim, i)};
+  } else if constexpr (KT == KvType::F16) {
+    return {__half2float(__float2half_rn(x)), __half2float(static_cast<const __half*>(q)[at])};
+  } else {
+    return {x, static_cast<const float*>(q)[at]};
+  }
+}
+
+template <KvType KT>
+__global__ void rope_kv_kernel(float* q, float* k, const float* v, const KvLayer c,
                                const int32_t* slots, const int32_t* pos, int n_head, int n_head_kv,
                                int head_dim, const float* inv_freq, bool rotate_k) {
   // positions, slots and the angles do not depend on the kernel before:
@@ -200,43 +226,35 @@ __global__ void rope_kv_kernel(float* q, float* k, const float* v, T* kc, T* vc,
   if (rotate_k) rotate(kt, p, head_dim, inv_freq, n_head_kv, fixed_i ? &cs_sn : nullptr);
   __syncthreads();
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    kc[slot * kv_dim + i] = to_cache<T>(kt[i]);
-    vc[slot * kv_dim + i] = to_cache<T>(v[size_t(t) * kv_dim + i]);
+    cache_put<KT>(c.k, c.k_scale, slot, kv_dim, i, kt[i]);
+    cache_put<KT>(c.v, c.v_scale, slot, kv_dim, i, v[size_t(t) * kv_dim + i]);
   }
 }
 
-template <typename T>
-__global__ void kv_write_kernel(const float* k, const float* v, T* kc, T* vc, const int32_t* slots,
-                                int kv_dim) {
+template <KvType KT>
+__global__ void kv_write_kernel(const float* k, const float* v, const KvLayer c,
+                                const int32_t* slots, int kv_dim) {
   const int t = blockIdx.x;
   const size_t slot = size_t(slots[t]);
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    kc[slot * kv_dim + i] = to_cache<T>(k[size_t(t) * kv_dim + i]);
-    vc[slot * kv_dim + i] = to_cache<T>(v[size_t(t) * kv_dim + i]);
+    cache_put<KT>(c.k, c.k_scale, slot, kv_dim, i, k[size_t(t) * kv_dim + i]);
+    cache_put<KT>(c.v, c.v_scale, slot, kv_dim, i, v[size_t(t) * kv_dim + i]);
   }
-}
-
-__device__ float from_cache(__half v) {
-  return __half2float(v);
-}
-__device__ float from_cache(float v) {
-  return v;
 }
 
 // One block per row; each row's new K/V rounded as the cache stores it, so
 // that equal values give 0.
-template <typename T>
-__global__ void kv_deviation_kernel(const float* k, const float* v, const T* kc, const T* vc,
+template <KvType KT>
+__global__ void kv_deviation_kernel(const float* k, const float* v, const KvLayer c,
                                     const int32_t* slots, int kv_dim, float* out) {
   __shared__ float sh[32];
   const int t = blockIdx.x;
   const size_t slot = size_t(slots[t]);
   float sum = 0.f;
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    const float dk =
-        from_cache(to_cache<T>(k[size_t(t) * kv_dim + i])) - from_cache(kc[slot * kv_dim + i]);
-    const float dv =
-        from_cache(to_cache<T>(v[size_t(t) * kv_dim + i])) - from_cache(vc[slot * kv_dim + i]);
+    const float2 pk = cache_pair<KT>(c.k, c.k_scale, slot, kv_dim, i, k[size_t(t) * kv_dim + i]);
+    const float2 pv = cache_pair<KT>(c.v, c.v_scale, slot, kv_dim, i, v[size_t(t) * kv_dim + i]);
+    const float dk = pk.x - pk.y, dv = pv.x - pv.y;
     sum += dk * dk + dv * dv;
   }
   sum = block_sum(sum, sh);
@@ -328,19 +346,29 @@ void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
   WICK_CUDA_LAUNCHED();
 }
 
-void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool f16,
-                   bool rotate_k, const int32_t* slots, const int32_t* pos, int n_tokens,
-                   int n_head, int n_head_kv, int head_dim, const float* inv_freq,
-                   cudaStream_t st) {
+// A kernel of the cache's type: kernel(KvType), called with each type's
+// instance (every KV kernel takes 128 threads, whole warps for Q8).
+template <typename Launch>
+void by_kv_type(KvType t, int kv_dim, Launch&& launch) {
+  switch (t) {
+    case KvType::Q8:
+      if (kv_dim % 32) throw std::invalid_argument("q8_0 KV cache: kv_dim is not a multiple of 32");
+      return launch(std::integral_constant<KvType, KvType::Q8>{});
+    case KvType::F16:
+      return launch(std::integral_constant<KvType, KvType::F16>{});
+    case KvType::F32:
+      return launch(std::integral_constant<KvType, KvType::F32>{});
+  }
+}
+
+void rope_kv_write(float* q, float* k, const float* v, const KvLayer& c, bool rotate_k,
+                   const int32_t* slots, const int32_t* pos, int n_tokens, int n_head,
+                   int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st) {
   if (n_tokens <= 0) return;
-  if (f16)
-    launch_early(rope_kv_kernel<__half>, dim3(n_tokens), dim3(128), 0, st, q, k, v,
-                 static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots, pos, n_head,
-                 n_head_kv, head_dim, inv_freq, rotate_k);
-  else
-    launch_early(rope_kv_kernel<float>, dim3(n_tokens), dim3(128), 0, st, q, k, v,
-                 static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots, pos, n_head,
-                 n_head_kv, head_dim, inv_freq, rotate_k);
+  by_kv_type(c.type, n_head_kv * head_dim, [&](auto kt) {
+    launch_early(rope_kv_kernel<decltype(kt)::value>, dim3(n_tokens), dim3(128), 0, st, q, k, v, c,
+                 slots, pos, n_head, n_head_kv, head_dim, inv_freq, rotate_k);
+  });
 }
 
 void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st) {
@@ -350,30 +378,21 @@ void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cu
   WICK_CUDA_LAUNCHED();
 }
 
-void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool f16,
-              const int32_t* slots, int n_tokens, int kv_dim, cudaStream_t st) {
+void kv_write(const float* k, const float* v, const KvLayer& c, const int32_t* slots, int n_tokens,
+              int kv_dim, cudaStream_t st) {
   if (n_tokens <= 0) return;
-  if (f16)
-    kv_write_kernel<__half><<<n_tokens, 128, 0, st>>>(k, v, static_cast<__half*>(k_cache),
-                                                      static_cast<__half*>(v_cache), slots, kv_dim);
-  else
-    kv_write_kernel<float><<<n_tokens, 128, 0, st>>>(k, v, static_cast<float*>(k_cache),
-                                                     static_cast<float*>(v_cache), slots, kv_dim);
+  by_kv_type(c.type, kv_dim, [&](auto kt) {
+    kv_write_kernel<decltype(kt)::value><<<n_tokens, 128, 0, st>>>(k, v, c, slots, kv_dim);
+  });
   WICK_CUDA_LAUNCHED();
 }
 
-void kv_deviation(const float* k, const float* v, const void* k_cache, const void* v_cache,
-                  bool f16, const int32_t* slots, int n_tokens, int kv_dim, float* out,
-                  cudaStream_t st) {
+void kv_deviation(const float* k, const float* v, const KvLayer& c, const int32_t* slots,
+                  int n_tokens, int kv_dim, float* out, cudaStream_t st) {
   if (n_tokens <= 0) return;
-  if (f16)
-    kv_deviation_kernel<__half><<<n_tokens, 128, 0, st>>>(k, v, static_cast<const __half*>(k_cache),
-                                                          static_cast<const __half*>(v_cache),
-                                                          slots, kv_dim, out);
-  else
-    kv_deviation_kernel<float><<<n_tokens, 128, 0, st>>>(k, v, static_cast<const float*>(k_cache),
-                                                         static_cast<const float*>(v_cache), slots,
-                                                         kv_dim, out);
+  by_kv_type(c.type, kv_dim, [&](auto kt) {
+    kv_deviation_kernel<decltype(kt)::value><<<n_tokens, 128, 0, st>>>(k, v, c, slots, kv_dim, out);
+  });
   WICK_CUDA_LAUNCHED();
 }
 

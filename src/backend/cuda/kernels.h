@@ -104,7 +104,7 @@ struct RopeKv {
   const int32_t* pos = nullptr;     // [M] RoPE positions
   const int32_t* slots = nullptr;   // [M] cache slots
   const float* inv_freq = nullptr;  // [head_dim / 2]
-  void* k_cache = nullptr;          // one layer: [n_slots, kv_dim], f16 or f32
+  void* k_cache = nullptr;          // one layer: [n_slots, kv_dim], f16 or f32 (no Q8)
   void* v_cache = nullptr;
   bool cache_f16 = true;
   bool rotate_k = true;  // false: the cache keeps keys before RoPE
@@ -248,33 +248,44 @@ void scale(float* x, float s, int64_t n, cudaStream_t st);  // x *= s
 void add_bias(float* y, const float* b, int n_rows, int n, cudaStream_t st);
 void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
           const float* inv_freq, cudaStream_t st);
+// One layer of the KV cache as the kernels address it. Q8: q8_0's values
+// (a scale d and 32 int8 q a block, each element q d), laid out planar:
+// [n_slots][kv_dim] int8, then [n_slots][kv_dim / 32] f16 scales. That is
+// row_bytes(Q8_0, kv_dim) a slot, as the engine sizes the cache, with rows
+// of whole 32-byte sectors for the attention kernels' loads.
+enum class KvType : uint8_t { F32, F16, Q8 };
+struct KvLayer {
+  KvType type = KvType::F16;
+  void* k = nullptr;  // [n_slots][kv_dim] elements of type (Q8: the int8 q)
+  void* v = nullptr;
+  void* k_scale = nullptr;  // Q8: [n_slots][kv_dim / 32] f16 d
+  void* v_scale = nullptr;
+};
 // RoPE on q and (when rotate_k) k, then k and v into slot rows of one
-// layer's cache (f16 or f32 elements, kv_dim per row).
-void rope_kv_write(float* q, float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
-                   bool rotate_k, const int32_t* slots, const int32_t* pos, int n_tokens,
-                   int n_head, int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st);
+// layer's cache (kv_dim per row; Q8: kv_dim a multiple of 32, each block of
+// 32 quantized as the CPU's quantize_row_q8_0 does, the same bytes).
+void rope_kv_write(float* q, float* k, const float* v, const KvLayer& cache, bool rotate_k,
+                   const int32_t* slots, const int32_t* pos, int n_tokens, int n_head,
+                   int n_head_kv, int head_dim, const float* inv_freq, cudaStream_t st);
 // table [n_pos][head_dim]: cos(p f_i) for i < head_dim / 2, then sin(p f_i),
 // as the RoPE kernels compute them (for rotating pre-RoPE keys).
 void rope_table(const float* inv_freq, int head_dim, int n_pos, float* table, cudaStream_t st);
-void kv_write(const float* k, const float* v, void* k_cache, void* v_cache, bool cache_f16,
-              const int32_t* slots, int n_tokens, int kv_dim, cudaStream_t st);
+void kv_write(const float* k, const float* v, const KvLayer& cache, const int32_t* slots,
+              int n_tokens, int kv_dim, cudaStream_t st);
 // out[t] = |k_t - K[slots[t]]|^2 + |v_t - V[slots[t]]|^2 over one layer's cache rows
 // (k, v rounded as the cache stores them first).
-void kv_deviation(const float* k, const float* v, const void* k_cache, const void* v_cache,
-                  bool cache_f16, const int32_t* slots, int n_tokens, int kv_dim, float* out,
-                  cudaStream_t st);
+void kv_deviation(const float* k, const float* v, const KvLayer& cache, const int32_t* slots,
+                  int n_tokens, int kv_dim, float* out, cudaStream_t st);
 void gather_rows(const float* x, const int32_t* rows, int n_rows, int n, float* out,
                  cudaStream_t st);
 
 // ---- attention.cu ----
 struct AttnArgs {
-  const float* q;       // [n_tokens, n_head, head_dim]
-  const void* k_cache;  // one layer: [n_slots, n_head_kv * head_dim], f16 or f32
-  const void* v_cache;
+  const float* q;  // [n_tokens, n_head, head_dim]
+  KvLayer cache;   // one layer, rows of n_head_kv * head_dim
   float* out;      // [n_tokens, n_head * head_dim]
   float* partial;  // scratch, attention_partial_floats() of them
   int n_head, n_head_kv, head_dim, sliding_window;
-  bool cache_f16;
   const float* rope = nullptr;  // pre-RoPE keys: rope_table rows to rotate them by, else null
   float score_factor = 1.f;     // on q.k / sqrt(head_dim) (YaRN)
   // the output's integer form too (for the o product's integer products;
