@@ -52,6 +52,7 @@ void add_device_options(CLI::App* cmd) {
                   "the KV cache's type: f32, f16 (half the memory) or q8_0 (head dims a multiple "
                   "of 32: 0.27 of f32's memory, 0.53 of f16's); default f32 on the CPU, f16 on a "
                   "GPU, f32 there with --gpu-f32 (the only type it takes)")
+      ->envname("WICK_KV_CACHE_DTYPE")
       ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
   cmd->add_option("--rope-scaling", p.rope_scaling,
                   "RoPE scaling over the model's own: none, linear or yarn (with --rope-scale; "
