@@ -1117,39 +1117,43 @@ TEST(CudaKv, QkvRopeWriteFusedEqualsSeparateKernels) {
 
 // K/V deviations from the cache's rows: written K/V deviate by 0 (the new
 // rows rounded as the cache stores them), other rows as the CPU computes
-// from the same f16 values.
+// from the same values (f16, or q8_0's round trips).
 TEST(CudaKv, DeviationMatchesCpu) {
   WICK_REQUIRE_GPU();
-  auto be = cuda_backend();
-  std::mt19937 rng(5);
-  const int64_t kv_dim = 64;
-  Batch b;
-  b.block_tables = {{3, 1}};
-  for (int32_t p : {2, 9, 20}) b.add(1, p, 0, false);
-  b.finish(16);
-  auto k = randn(size_t(3 * kv_dim), rng), v = randn(size_t(3 * kv_dim), rng);
-  auto kv = be->make_kv(1, 4, 16, kv_dim, true);
-  const BatchArgs a = be->upload(b);
-  Buffer dk = to_device(*be, k.data(), k.size() * 4), dv = to_device(*be, v.data(), v.size() * 4);
-  be->kv_write(*kv, 0, a, dk.as<float>(), dv.as<float>());
-  Buffer out = be->alloc(3 * 4);
-  be->kv_deviation(*kv, 0, a, dk.as<float>(), dv.as<float>(), out.as<float>());
-  EXPECT_EQ(to_host<float>(*be, out, 3), std::vector<float>(3, 0.f));
-  // other K/V against the written rows: the CPU's sum over the f16-rounded values
-  auto k2 = randn(k.size(), rng), v2 = randn(v.size(), rng);
-  Buffer dk2 = to_device(*be, k2.data(), k2.size() * 4),
-         dv2 = to_device(*be, v2.data(), v2.size() * 4);
-  be->kv_deviation(*kv, 0, a, dk2.as<float>(), dv2.as<float>(), out.as<float>());
-  auto round = [](std::vector<float> x) {
-    for (float& f : x) f = f16_to_f32(f32_to_f16(f));
-    return x;
-  };
-  const auto rk = round(k), rv = round(v), rk2 = round(k2), rv2 = round(v2);
-  std::vector<float> want(3);
-  const int32_t slots[3] = {0, 1, 2};  // rows t of the rounded arrays, as cache rows
-  cpu::kv_deviation(rk.data(), rv.data(), DType::F32, kv_dim, slots, 3, rk2.data(), rv2.data(),
-                    want.data());
-  EXPECT_LT(max_rel(to_host<float>(*be, out, 3), want), 1e-5);
+  for (bool q8 : {false, true}) {
+    SCOPED_TRACE(q8 ? "q8_0" : "f16");
+    auto be = q8 ? cuda_backend_q8() : cuda_backend();
+    std::mt19937 rng(5);
+    const int64_t kv_dim = 64;
+    Batch b;
+    b.block_tables = {{3, 1}};
+    for (int32_t p : {2, 9, 20}) b.add(1, p, 0, false);
+    b.finish(16);
+    auto k = randn(size_t(3 * kv_dim), rng), v = randn(size_t(3 * kv_dim), rng);
+    auto kv = be->make_kv(1, 4, 16, kv_dim, true);
+    const BatchArgs a = be->upload(b);
+    Buffer dk = to_device(*be, k.data(), k.size() * 4), dv = to_device(*be, v.data(), v.size() * 4);
+    be->kv_write(*kv, 0, a, dk.as<float>(), dv.as<float>());
+    Buffer out = be->alloc(3 * 4);
+    be->kv_deviation(*kv, 0, a, dk.as<float>(), dv.as<float>(), out.as<float>());
+    EXPECT_EQ(to_host<float>(*be, out, 3), std::vector<float>(3, 0.f));
+    // other K/V against the written rows: the CPU's sum over the rounded values
+    auto k2 = randn(k.size(), rng), v2 = randn(v.size(), rng);
+    Buffer dk2 = to_device(*be, k2.data(), k2.size() * 4),
+           dv2 = to_device(*be, v2.data(), v2.size() * 4);
+    be->kv_deviation(*kv, 0, a, dk2.as<float>(), dv2.as<float>(), out.as<float>());
+    auto round = [&](std::vector<float> x) {
+      if (q8) return q8_cache_values(q8_cache_planes(x, kv_dim), kv_dim);
+      for (float& f : x) f = f16_to_f32(f32_to_f16(f));
+      return x;
+    };
+    const auto rk = round(k), rv = round(v), rk2 = round(k2), rv2 = round(v2);
+    std::vector<float> want(3);
+    const int32_t slots[3] = {0, 1, 2};  // rows t of the rounded arrays, as cache rows
+    cpu::kv_deviation(rk.data(), rv.data(), DType::F32, kv_dim, slots, 3, rk2.data(), rv2.data(),
+                      want.data());
+    EXPECT_LT(max_rel(to_host<float>(*be, out, 3), want), 1e-5);
+  }
 }
 
 // Routing and the grouped expert products against the CPU's: 2, 10 and 80

@@ -1,8 +1,9 @@
 // The GPU's q8_0 KV cache (--kv-cache-dtype q8_0): its writers give the
 // bytes of the CPU's quantize_row_q8_0 (laid out as kernels.h's KvLayer
-// says), its deviations measure what the cache holds, whole blocks copy both
-// planes, and a model on it keeps batch invariance and tracks the CPU's q8_0
-// cache. (Attention over it: CudaAttention's q8_0 cases in test_cuda_kernels.cpp.)
+// says), whole blocks copy both planes, and a model on it keeps batch
+// invariance and tracks the CPU's q8_0 cache. (Attention and deviations over
+// it: CudaAttention's q8_0 cases and CudaKv.DeviationMatchesCpu in
+// test_cuda_kernels.cpp.)
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -94,40 +95,6 @@ TEST(CudaKvQ8, WritesHoldTheCpusBytes) {
     // layer 0 untouched
     EXPECT_EQ(planes_of(*be, *kv, false), std::vector<uint8_t>(kv->layer_bytes(), 0));
   }
-}
-
-// |k - K|^2 + |v - V|^2 against what the cache holds: zero for the rows just
-// written; for others, the CPU's sum over the q8_0 round trips of both.
-TEST(CudaKvQ8, DeviationMatchesCpu) {
-  WICK_REQUIRE_GPU();
-  auto be = cuda_backend_q8();
-  std::mt19937 rng(5);
-  const int64_t kv_dim = 64;
-  Batch b;
-  b.block_tables = {{3, 1}};
-  for (int32_t p : {2, 9, 20}) b.add(1, p, 0, false);
-  b.finish(16);
-  auto k = randn(size_t(3 * kv_dim), rng), v = randn(size_t(3 * kv_dim), rng);
-  auto kv = be->make_kv(1, 4, 16, kv_dim, true);
-  const BatchArgs a = be->upload(b);
-  Buffer dk = to_device(*be, k.data(), k.size() * 4), dv = to_device(*be, v.data(), v.size() * 4);
-  be->kv_write(*kv, 0, a, dk.as<float>(), dv.as<float>());
-  Buffer out = be->alloc(3 * 4);
-  be->kv_deviation(*kv, 0, a, dk.as<float>(), dv.as<float>(), out.as<float>());
-  EXPECT_EQ(to_host<float>(*be, out, 3), std::vector<float>(3, 0.f));
-  auto k2 = randn(k.size(), rng), v2 = randn(v.size(), rng);
-  Buffer dk2 = to_device(*be, k2.data(), k2.size() * 4),
-         dv2 = to_device(*be, v2.data(), v2.size() * 4);
-  be->kv_deviation(*kv, 0, a, dk2.as<float>(), dv2.as<float>(), out.as<float>());
-  auto round = [&](const std::vector<float>& x) {
-    return q8_cache_values(q8_cache_planes(x, kv_dim), kv_dim);
-  };
-  const auto rk = round(k), rv = round(v), rk2 = round(k2), rv2 = round(v2);
-  std::vector<float> want(3);
-  const int32_t rows[3] = {0, 1, 2};  // rows t of the rounded arrays, as cache rows
-  cpu::kv_deviation(rk.data(), rv.data(), DType::F32, kv_dim, rows, 3, rk2.data(), rv2.data(),
-                    want.data());
-  EXPECT_LT(max_rel(to_host<float>(*be, out, 3), want), 1e-5);
 }
 
 // copy_blocks copies a block's int8 rows and its scales' rows, every layer,

@@ -346,8 +346,9 @@ void rope(float* x, const int32_t* pos, int n_rows, int n_heads, int head_dim,
   WICK_CUDA_LAUNCHED();
 }
 
-// A kernel of the cache's type: kernel(KvType), called with each type's
-// instance (every KV kernel takes 128 threads, whole warps for Q8).
+// Calls launch with the cache's type as a compile-time constant
+// (std::integral_constant), for the kernel instance of that type. (Every KV
+// kernel takes 128 threads: whole warps, as Q8's blocks need.)
 template <typename Launch>
 void by_kv_type(KvType t, int kv_dim, Launch&& launch) {
   switch (t) {
