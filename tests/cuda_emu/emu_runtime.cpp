@@ -73,9 +73,12 @@ struct Device {
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
   std::mutex mu;
 };
+// Never destroyed: a program's static objects (a CLI's model pool) free
+// their device buffers at exit, after a function-local static made during
+// their lifetime would be gone (real CUDA answers such late calls too).
 Device& dev() {
-  static Device d;
-  return d;
+  static Device* d = new Device;
+  return *d;
 }
 
 thread_local cudaError_t g_last = cudaSuccess;
