@@ -198,7 +198,7 @@ __device__ __forceinline__ float2 cache_pair(const void* q, const void* d, size_
                                              int i, float x) {
   const size_t at = slot * size_t(kv_dim) + size_t(i);
   if constexpr (KT == KvType::Q8) {
-    return {q8_round_trip(x, int(threadIdx.x) & 31),
+    return {q8_round_trip(x),
             q8_load(static_cast<const int8_t*>(q), static_cast<const __half*>(d), slot, kv_dim, i)};
   } else if constexpr (KT == KvType::F16) {
     return {__half2float(__float2half_rn(x)), __half2float(static_cast<const __half*>(q)[at])};

@@ -6,29 +6,31 @@
 
 namespace wick::cuda {
 
-// Quantizes one block of 32 values, lane i holding value i (a whole warp),
-// into q[0..31] and *d, with the bits of the CPU's quantize_row_q8_0: d =
-// amax / 127, q = x (1 / d) rounded half away from zero, d stored as f16
-// (the q from the f32 d). Explicit roundings: no contraction, IEEE divisions.
-__device__ __forceinline__ void q8_store(float x, int lane, int8_t* q, __half* d) {
+// The scale d = amax / 127 of the block of 32 values a warp holds (lane i
+// value i), and 1 / d (0 for a block of zeros), as the CPU's
+// quantize_row_q8_0 computes them: IEEE divisions, no contraction.
+__device__ __forceinline__ float2 q8_scale(float x) {
   float amax = fabsf(x);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, off));
-  const float dd = __fdiv_rn(amax, 127.f);
-  const float id = dd != 0.f ? __fdiv_rn(1.f, dd) : 0.f;
-  q[lane] = int8_t(roundf(__fmul_rn(x, id)));
-  if (lane == 0) *d = __float2half_rn(dd);
+  const float d = __fdiv_rn(amax, 127.f);
+  return {d, d != 0.f ? __fdiv_rn(1.f, d) : 0.f};
+}
+
+// Quantizes one block of 32 values, lane i holding value i (a whole warp),
+// into q[0..31] and *d with the bits of the CPU's quantize_row_q8_0: q = x
+// (1 / d) rounded half away from zero, d stored as f16 (the q from the f32 d).
+__device__ __forceinline__ void q8_store(float x, int lane, int8_t* q, __half* d) {
+  const float2 s = q8_scale(x);
+  q[lane] = int8_t(roundf(__fmul_rn(x, s.y)));
+  if (lane == 0) *d = __float2half_rn(s.x);
 }
 
 // The value a block of the cache holds for x (x quantized, then widened as
 // attention widens it): for measuring how far new K/V lie from the cache.
-__device__ __forceinline__ float q8_round_trip(float x, int lane) {
-  float amax = fabsf(x);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, off));
-  const float dd = __fdiv_rn(amax, 127.f);
-  const float id = dd != 0.f ? __fdiv_rn(1.f, dd) : 0.f;
-  return __fmul_rn(roundf(__fmul_rn(x, id)), __half2float(__float2half_rn(dd)));
+__device__ __forceinline__ float q8_round_trip(float x) {
+  const float2 s = q8_scale(x);
+  return __fmul_rn(roundf(__fmul_rn(x, s.y)), __half2float(__float2half_rn(s.x)));
 }
 
 // Element i of slot row `slot` of a Q8 layer (q, d: its two planes), widened
