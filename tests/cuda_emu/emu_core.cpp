@@ -75,7 +75,8 @@ struct Fiber {
 
 struct CtaRun {
   std::vector<Fiber> fibers;
-  void* sched_sp = nullptr;  // the scheduler's stack, while a thread runs
+  std::vector<unsigned> waiting;  // a warp's lanes parked in a collective
+  void* sched_sp = nullptr;       // the scheduler's stack, while a thread runs
   uint3 bid{};
   dim3 bdim, gdim;
   std::vector<unsigned char> smem_store;
@@ -114,10 +115,39 @@ thread_local Stacks g_stacks;
   throw std::runtime_error("cuda emulator: " + what);
 }
 
-void park(St st) {
+// The thread to run after f: the next runnable one in index order round the
+// CTA (f itself when it is the only one); null when none can run or a thread
+// found an error, and the scheduler must decide.
+inline Fiber* next_after(CtaRun& c, Fiber* f) {
+  if (!c.error.empty()) return nullptr;
+  Fiber* const first = c.fibers.data();
+  const size_t n = c.fibers.size(), i = size_t(f - first);
+  for (size_t k = 1; k <= n; ++k) {
+    const size_t j = i + k < n ? i + k : i + k - n;
+    if (first[j].st == St::Run) return &first[j];
+  }
+  return nullptr;
+}
+
+// Runs the next thread from the running one, which has just parked (or not):
+// a direct switch, one instead of two through the scheduler. (Inlined into
+// the collectives: after a switch each return to a caller mispredicts, the
+// return stack being another thread's.)
+[[gnu::always_inline]] inline void switch_on() {
   Fiber* f = g_cur;
-  f->st = st;
-  wick_emu_switch(&f->sp, g_cta->sched_sp);
+  Fiber* next = next_after(*g_cta, f);
+  if (next == f) return;
+  if (!next) {
+    wick_emu_switch(&f->sp, g_cta->sched_sp);
+    return;
+  }
+  g_cur = next;
+  wick_emu_switch(&f->sp, next->sp);
+}
+
+void park(St st) {
+  g_cur->st = st;
+  switch_on();
 }
 
 [[noreturn]] void fiber_main() {
@@ -138,55 +168,79 @@ void* fresh_stack(char* base) {
   return p;
 }
 
-Fiber& lane_of(Fiber* lanes[32], int l) {
-  if (!lanes[l]) die("a warp collective reads lane " + std::to_string(l) + ", which has exited");
-  return *lanes[l];
+// f16 to float for every bit pattern, built once (the host's __half2float is
+// a loop of bit operations; an mma converts 384 of them).
+const float* f16_values() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t v = 0; v < 65536; ++v) t[v] = __half2float(bits_to<__half>(v));
+    return t;
+  }();
+  return table.data();
 }
 
 // m16n8k16 of 16-bit floats (A row-major 16 x 16, B col-major 16 x 8, in
 // pairs; lane l holds rows g = l / 4 (+8), columns 2t, 2t + 1 (+8), t = l % 4):
-// each lane's D = its C + the exact products summed in double, rounded once.
-void resolve_mma(Fiber* lanes[32]) {
+// each lane's D = its C + the exact products summed in double (k in order),
+// rounded once.
+void resolve_mma(Fiber* const lanes[32]) {
   const bool bf16 = lanes[0]->flag;
-  auto elt = [&](uint32_t w, int h) {
-    const uint16_t v = uint16_t(w >> (16 * h));
-    if (bf16) return double(__bfloat162float(bits_to<__nv_bfloat16>(v)));
-    return double(__half2float(bits_to<__half>(v)));
-  };
-  double A[16][16], B[16][8];
+  uint16_t A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
-    const Fiber& s = lane_of(lanes, l);
+    const Fiber& s = *lanes[l];
     const int g = l / 4, t = l % 4;
     for (int h = 0; h < 2; ++h) {
-      A[g][2 * t + h] = elt(s.a[0], h);
-      A[g + 8][2 * t + h] = elt(s.a[1], h);
-      A[g][2 * t + 8 + h] = elt(s.a[2], h);
-      A[g + 8][2 * t + 8 + h] = elt(s.a[3], h);
-      B[2 * t + h][g] = elt(s.b[0], h);
-      B[2 * t + 8 + h][g] = elt(s.b[1], h);
+      A[g][2 * t + h] = uint16_t(s.a[0] >> (16 * h));
+      A[g + 8][2 * t + h] = uint16_t(s.a[1] >> (16 * h));
+      A[g][2 * t + 8 + h] = uint16_t(s.a[2] >> (16 * h));
+      A[g + 8][2 * t + 8 + h] = uint16_t(s.a[3] >> (16 * h));
+      B[2 * t + h][g] = uint16_t(s.b[0] >> (16 * h));
+      B[2 * t + 8 + h][g] = uint16_t(s.b[1] >> (16 * h));
+    }
+  }
+  const float* f16 = f16_values();
+  auto value = [&](uint16_t v) {  // bf16: f32's upper half
+    return double(bf16 ? bits_to<float>(uint32_t(v) << 16) : f16[v]);
+  };
+  const uint16_t exp_ones = bf16 ? 0x7f80 : 0x7c00;  // inf, NaN
+  bool b_finite = true;
+  double Bd[16][8];
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n) {
+      b_finite &= (B[k][n] & exp_ones) != exp_ones;
+      Bd[k][n] = value(B[k][n]);
+    }
+  // (row by row over k, the 8 columns side by side: each sum still adds its
+  // products in k's order, so its bits are those of one sum at a time). A
+  // row of zeros (a decode step's rows past its tokens: 15 of 16) sums to +0
+  // when B is finite, as S starts: it is skipped.
+  double S[16][8] = {};
+  for (int r = 0; r < 16; ++r) {
+    bool zeros = b_finite;
+    for (int k = 0; k < 16; ++k) zeros &= (A[r][k] & 0x7fff) == 0;
+    if (zeros) continue;
+    for (int k = 0; k < 16; ++k) {
+      const double a = value(A[r][k]);
+      for (int n = 0; n < 8; ++n) S[r][n] += a * Bd[k][n];
     }
   }
   for (int l = 0; l < 32; ++l) {
     Fiber& f = *lanes[l];
     const int g = l / 4, t = l % 4;
-    for (int i = 0; i < 4; ++i) {
-      const int r = g + 8 * (i >= 2), n = 2 * t + (i & 1);
-      double sum = 0;
-      for (int k = 0; k < 16; ++k) sum += A[r][k] * B[k][n];
-      f.c[i] = float(double(f.c[i]) + sum);
-    }
+    for (int i = 0; i < 4; ++i)
+      f.c[i] = float(double(f.c[i]) + S[g + 8 * (i >= 2)][2 * t + (i & 1)]);
   }
 }
 
 // m16n8k32 (4 A words, 2 B words a lane) or m16n8k16 (2, 1) of 8-bit
 // integers: lane l holds A's row g (+8) at columns 4t.. (+16) and B's column g
 // at rows 4t.. (+16); s32 sums from zero.
-void resolve_imma(Fiber* lanes[32]) {
+void resolve_imma(Fiber* const lanes[32]) {
   const int K = lanes[0]->k;
   const bool b_u8 = lanes[0]->flag;
   int A[16][32] = {}, B[32][8] = {};
   for (int l = 0; l < 32; ++l) {
-    const Fiber& s = lane_of(lanes, l);
+    const Fiber& s = *lanes[l];
     const int g = l / 4, t = l % 4;
     for (int j = 0; j < 4; ++j) {
       A[g][4 * t + j] = int8_t(s.a[0] >> (8 * j));
@@ -201,25 +255,30 @@ void resolve_imma(Fiber* lanes[32]) {
       }
     }
   }
+  int S[16][8] = {};
+  for (int r = 0; r < 16; ++r) {
+    bool zeros = true;  // (a decode step's rows past its tokens)
+    for (int k = 0; k < K; ++k) zeros &= A[r][k] == 0;
+    if (zeros) continue;
+    for (int k = 0; k < K; ++k)
+      for (int n = 0; n < 8; ++n) S[r][n] += A[r][k] * B[k][n];
+  }
   for (int l = 0; l < 32; ++l) {
     Fiber& f = *lanes[l];
     const int g = l / 4, t = l % 4;
-    for (int i = 0; i < 4; ++i) {
-      const int r = g + 8 * (i >= 2), n = 2 * t + (i & 1);
-      int sum = 0;
-      for (int k = 0; k < K; ++k) sum += A[r][k] * B[k][n];
-      f.ci[i] = sum;
-    }
+    for (int i = 0; i < 4; ++i) f.ci[i] = S[g + 8 * (i >= 2)][2 * t + (i & 1)];
   }
 }
 
-// Every lane of the collective has its inputs in: compute each one's result.
-void resolve(Fiber* lanes[32], Op op) {
+// The lanes of `group` are all in the same collective: computes each one's
+// result and lets them run. Returns what was wrong, if anything (it runs in a
+// thread, which must not throw).
+std::string resolve(Fiber* const lanes[32], unsigned group, Op op) {
   if (op == Op::Mma) resolve_mma(lanes);
   if (op == Op::Imma) resolve_imma(lanes);
   for (int l = 0; l < 32; ++l) {
+    if (!(group >> l & 1u)) continue;
     Fiber* f = lanes[l];
-    if (!f || f->st != St::Warp) continue;
     switch (op) {
       case Op::Shfl: {
         const int w = f->width, base = l & ~(w - 1);
@@ -228,15 +287,15 @@ void resolve(Fiber* lanes[32], Op op) {
         if (f->kind == 1) src = l - f->arg >= base ? l - f->arg : l;
         if (f->kind == 2) src = l + f->arg < base + w ? l + f->arg : l;
         if (f->kind == 3) src = (l ^ f->arg) < base + w ? l ^ f->arg : l;
-        if (!(f->mask >> src & 1u)) die("a shuffle reads a lane outside its mask");
-        f->out = lane_of(lanes, src).in;
+        if (!(group >> src & 1u)) return "a shuffle reads a lane outside its mask";
+        f->out = lanes[src]->in;
         break;
       }
       case Op::Vote: {
         unsigned ballot = 0;
         for (int j = 0; j < 32; ++j)
-          if (f->mask >> j & 1u && lane_of(lanes, j).flag) ballot |= 1u << j;
-        f->out = f->kind == 0 ? ballot != 0 : f->kind == 1 ? ballot == f->mask : ballot;
+          if (group >> j & 1u && lanes[j]->flag) ballot |= 1u << j;
+        f->out = f->kind == 0 ? ballot != 0 : f->kind == 1 ? ballot == group : ballot;
         break;
       }
       case Op::Ldsm: {
@@ -249,7 +308,7 @@ void resolve(Fiber* lanes[32], Op op) {
           for (int j = 0; j < 2; ++j) {
             const int row = f->flag ? 2 * (l % 4) + j : l / 4;
             const int col = f->flag ? l / 4 : 2 * (l % 4) + j;
-            const auto* p = static_cast<const unsigned char*>(lane_of(lanes, 8 * m + row).addr);
+            const auto* p = static_cast<const unsigned char*>(lanes[8 * m + row]->addr);
             std::memcpy(&h[j], p + 2 * col, 2);
           }
           r[m] = uint32_t(h[0]) | uint32_t(h[1]) << 16;
@@ -262,43 +321,48 @@ void resolve(Fiber* lanes[32], Op op) {
     }
   }
   for (int l = 0; l < 32; ++l)
-    if (lanes[l] && lanes[l]->st == St::Warp) {
-      lanes[l]->st = St::Run;
-      lanes[l]->op = Op::None;
-    }
+    if (group >> l & 1u) lanes[l]->st = St::Run, lanes[l]->op = Op::None;
+  return {};
 }
 
-// Whether warp w's waiting lanes complete a collective; resolves it if so.
-bool try_warp(CtaRun& c, int first, int n) {
+[[noreturn]] void fiber_fail(const std::string& what);
+
+// Lane f, the last of its mask to arrive in a collective: when every lane
+// there waits in the same one (the same op and mask: lanes of other masks
+// complete theirs apart), it completes now.
+[[gnu::noinline]] void complete(Fiber& f, unsigned& waiting, size_t first) {
+  CtaRun& c = *g_cta;
   Fiber* lanes[32] = {};
-  Op op = Op::None;
-  unsigned mask = 0, waiting = 0, live = 0;
-  for (int l = 0; l < n; ++l) {
-    Fiber& f = c.fibers[size_t(first + l)];
-    if (f.st != St::Done) live |= 1u << l, lanes[l] = &f;
-    if (f.st == St::Warp) {
-      if (op != Op::None && (f.op != op || f.mask != mask)) return false;  // diverged: later
-      op = f.op, mask = f.mask;
-      waiting |= 1u << l;
-    }
+  for (int l = 0; l < 32; ++l) {
+    if (!(f.mask >> l & 1u)) continue;
+    Fiber& o = c.fibers[first + size_t(l)];        // (waiting: it exists)
+    if (o.op != f.op || o.mask != f.mask) return;  // another collective: later
+    lanes[l] = &o;
   }
-  if (op == Op::None) return false;
-  if ((mask & waiting) != mask) {
-    if ((mask & ~live) != 0) die("a warp collective's mask names a lane that has exited");
-    return false;
-  }
-  resolve(lanes, op);
-  return true;
+  waiting &= ~f.mask;
+  const std::string err = resolve(lanes, f.mask, f.op);
+  if (!err.empty()) fiber_fail(err);
 }
 
-std::string where_they_wait(const CtaRun& c) {
+// Why no thread can run: a collective waits for an exited lane, or a deadlock.
+std::string why_stuck(const CtaRun& c) {
+  const size_t n = c.fibers.size();
+  for (size_t first = 0; first < n; first += 32) {
+    unsigned live = 0;
+    for (size_t l = 0; l < 32 && first + l < n; ++l)
+      if (c.fibers[first + l].st != St::Done) live |= 1u << l;
+    for (size_t l = 0; l < 32 && first + l < n; ++l) {
+      const Fiber& f = c.fibers[first + l];
+      if (f.st == St::Warp && (f.mask & ~live) != 0)
+        return "a warp collective's mask names a lane that has exited";
+    }
+  }
   int n_bar = 0, n_warp = 0, n_done = 0;
   for (const Fiber& f : c.fibers)
     (f.st == St::Barrier ? n_bar : f.st == St::Warp ? n_warp : n_done) += 1;
-  return std::to_string(n_bar) + " threads at __syncthreads, " + std::to_string(n_warp) +
-         " in a warp collective, " + std::to_string(n_done) + " exited";
+  return "deadlock in a CTA: " + std::to_string(n_bar) + " threads at __syncthreads, " +
+         std::to_string(n_warp) + " in a warp collective, " + std::to_string(n_done) + " exited";
 }
-
 void finish_copies(Fiber& f, size_t n_groups_done) {
   const size_t n = n_groups_done == 0 ? 0 : f.group_end[n_groups_done - 1];
   for (size_t i = 0; i < n; ++i) {
@@ -348,24 +412,37 @@ Fiber& enter(Op op, unsigned mask) {
   f.mask = mask;
   return f;
 }
+
+// Waits in the collective just entered (enter): completes it when this lane
+// is the last one in, then the next thread runs.
+[[gnu::always_inline]] inline void wait_in_warp() {
+  Fiber& f = *g_cur;
+  CtaRun& c = *g_cta;
+  f.st = St::Warp;
+  const size_t first = size_t(&f - c.fibers.data()) & ~size_t(31);
+  unsigned& waiting = c.waiting[first / 32];
+  waiting |= 1u << f.lane;
+  if ((waiting & f.mask) == f.mask) complete(f, waiting, first);
+  switch_on();
+}
 }  // namespace
 
 void syncwarp(unsigned mask) {
   enter(Op::Sync, mask);
-  park(St::Warp);
+  wait_in_warp();
 }
 
 uint64_t shfl(unsigned mask, uint64_t v, int kind, int arg, int width) {
   Fiber& f = enter(Op::Shfl, mask);
   f.in = v, f.kind = kind, f.arg = arg, f.width = width;
-  park(St::Warp);
+  wait_in_warp();
   return f.out;
 }
 
 unsigned vote(unsigned mask, bool v, int kind) {
   Fiber& f = enter(Op::Vote, mask);
   f.flag = v, f.kind = kind;
-  park(St::Warp);
+  wait_in_warp();
   return unsigned(f.out);
 }
 
@@ -375,7 +452,7 @@ void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], bool
   std::memcpy(f.b, b, 8);
   std::memcpy(f.c, d, 16);
   f.flag = bf16;
-  park(St::Warp);
+  wait_in_warp();
   std::memcpy(d, f.c, 16);
 }
 
@@ -386,14 +463,14 @@ void imma(int (&d)[4], const uint32_t* a, int n_a, const uint32_t* b, int n_b, i
   std::memcpy(f.a, a, size_t(n_a) * 4);
   std::memcpy(f.b, b, size_t(n_b) * 4);
   f.k = k, f.flag = b_u8;
-  park(St::Warp);
+  wait_in_warp();
   std::memcpy(d, f.ci, 16);
 }
 
 void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row_addr, bool trans) {
   Fiber& f = enter(Op::Ldsm, ~0u);
   f.addr = row_addr, f.flag = trans;
-  park(St::Warp);
+  wait_in_warp();
   r0 = uint32_t(f.out), r1 = uint32_t(f.out >> 32);
 }
 
@@ -441,28 +518,28 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
     }
   } restore{g_cta, g_cur, n};
   g_cta = &c;
+  c.waiting.assign((n + 31) / 32, 0u);
   for (;;) {
-    bool ran = true;
-    while (ran) {
-      ran = false;
-      for (Fiber& f : c.fibers)
-        if (f.st == St::Run) {
-          g_cur = &f;
-          wick_emu_switch(&c.sched_sp, f.sp);
-          if (!c.error.empty()) die(c.error);
-          ran = true;
-        }
+    // threads switch to each other (switch_on); here when none can run
+    Fiber* first = nullptr;
+    for (Fiber& f : c.fibers)
+      if (f.st == St::Run) {
+        first = &f;
+        break;
+      }
+    if (first) {
+      g_cur = first;
+      wick_emu_switch(&c.sched_sp, first->sp);
+      if (!c.error.empty()) die(c.error);
+      continue;
     }
-    bool released = false, all_done = true, all_barrier = true;
-    for (size_t w = 0; w < n; w += 32)
-      released |= try_warp(c, int(w), int(std::min<size_t>(32, n - w)));
-    if (released) continue;
+    bool all_done = true, all_barrier = true;
     for (const Fiber& f : c.fibers) {
       all_done &= f.st == St::Done;
       all_barrier &= f.st == St::Done || f.st == St::Barrier;
     }
     if (all_done) break;
-    if (!all_barrier) die("deadlock in a CTA: " + where_they_wait(c));
+    if (!all_barrier) die(why_stuck(c));
     for (Fiber& f : c.fibers)
       if (f.st == St::Barrier) f.st = St::Run;
   }

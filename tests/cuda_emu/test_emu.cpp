@@ -20,11 +20,20 @@ uint16_t bf16_bits(float f) {
 float bf16_value(uint16_t u) {
   return __bfloat162float(wick_emu::bits_to<__nv_bfloat16>(u));
 }
+uint16_t f16_bits(float f) {
+  const __half h = __float2half(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+float f16_value(uint16_t u) {
+  return __half2float(wick_emu::bits_to<__half>(u));
+}
 
 // m16n8k16: lane l (g = l / 4, t = l % 4) holds A[g][2t..2t+1], A[g+8][..],
 // A[g][2t+8..], A[g+8][2t+8..]; B[2t..2t+1][g], B[2t+8..][g]; C/D[g][2t..],
 // [g+8][2t..] (PTX ISA, "Matrix Fragments for mma.m16n8k16").
-void mma_kernel(const uint16_t* A, const uint16_t* B, float* D) {
+void mma_kernel(const uint16_t* A, const uint16_t* B, float* D, bool bf16) {
   const int l = int(threadIdx.x), g = l / 4, t = l % 4;
   auto pair = [](const uint16_t* p, int i, int j) { return uint32_t(p[i]) | uint32_t(p[j]) << 16; };
   const uint32_t a[4] = {pair(A, g * 16 + 2 * t, g * 16 + 2 * t + 1),
@@ -34,28 +43,34 @@ void mma_kernel(const uint16_t* A, const uint16_t* B, float* D) {
   const uint32_t b[2] = {pair(B, (2 * t) * 8 + g, (2 * t + 1) * 8 + g),
                          pair(B, (2 * t + 8) * 8 + g, (2 * t + 9) * 8 + g)};
   float d[4] = {1.f, 1.f, 1.f, 1.f};
-  wick_emu::mma_f32(d, a, b, true);
+  wick_emu::mma_f32(d, a, b, bf16);
   D[g * 8 + 2 * t] = d[0];
   D[g * 8 + 2 * t + 1] = d[1];
   D[(g + 8) * 8 + 2 * t] = d[2];
   D[(g + 8) * 8 + 2 * t + 1] = d[3];
 }
 
-TEST(CudaEmu, MmaBf16IsTheMatrixProductInThePtxLayout) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd;
-  std::vector<uint16_t> A(16 * 16), B(16 * 8);
-  for (auto& v : A) v = bf16_bits(nd(rng));
-  for (auto& v : B) v = bf16_bits(nd(rng));
-  std::vector<float> D(16 * 8);
-  wick_emu::launch(dim3(1), dim3(32), 0, mma_kernel, A.data(), B.data(), D.data());
-  for (int r = 0; r < 16; ++r)
-    for (int n = 0; n < 8; ++n) {
-      double want = 1;
-      for (int k = 0; k < 16; ++k)
-        want += double(bf16_value(A[r * 16 + k])) * bf16_value(B[k * 8 + n]);
-      EXPECT_NEAR(D[r * 8 + n], want, 1e-5 * (1 + std::fabs(want))) << r << ", " << n;
-    }
+// The emulator's rounding (cuda_emu.md): the 16 exact products summed in
+// double in k's order, added to C, rounded to float once; bf16 and f16.
+TEST(CudaEmu, MmaIsTheMatrixProductInThePtxLayout) {
+  for (bool bf16 : {true, false}) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    auto bits = [&](float f) { return bf16 ? bf16_bits(f) : f16_bits(f); };
+    auto value = [&](uint16_t u) { return double(bf16 ? bf16_value(u) : f16_value(u)); };
+    std::vector<uint16_t> A(16 * 16), B(16 * 8);
+    for (auto& v : A) v = bits(nd(rng));
+    for (auto& v : B) v = bits(nd(rng));
+    A[5] = bits(6e-8f);  // f16: a subnormal
+    std::vector<float> D(16 * 8);
+    wick_emu::launch(dim3(1), dim3(32), 0, mma_kernel, A.data(), B.data(), D.data(), bf16);
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 8; ++n) {
+        double sum = 0;
+        for (int k = 0; k < 16; ++k) sum += value(A[r * 16 + k]) * value(B[k * 8 + n]);
+        EXPECT_EQ(D[r * 8 + n], float(1.0 + sum)) << r << ", " << n << (bf16 ? " bf16" : " f16");
+      }
+  }
 }
 
 // m16n8k32 s8 x u8: lane l holds A[g][4t..4t+3], A[g+8][..], A[g][4t+16..],
@@ -153,6 +168,38 @@ void deadlock_kernel() {
     __syncwarp();
   else
     __syncthreads();
+}
+
+// Each half of a warp shuffles within its own mask: the two collectives
+// complete apart (the CUDA guide: the lanes of the mask take part).
+void half_warp_kernel(int* out) {
+  const int l = int(threadIdx.x);
+  const unsigned mask = l < 16 ? 0xffffu : 0xffff0000u;
+  int v = l;
+  for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
+  out[l] = v;
+}
+
+TEST(CudaEmu, HalfWarpCollectivesCompleteApart) {
+  std::vector<int> out(32);
+  wick_emu::launch(dim3(1), dim3(32), 0, half_warp_kernel, out.data());
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(out[size_t(l)], l < 16 ? 120 : 376) << l;
+}
+
+// Lane 31 exits; the others shuffle with a full mask: a GPU's behaviour is
+// undefined; the emulator says which lane is missing.
+void exited_lane_kernel() {
+  if (threadIdx.x == 31) return;
+  __shfl_sync(~0u, 1, 0);
+}
+
+TEST(CudaEmu, ACollectiveWithAnExitedLaneIsReported) {
+  try {
+    wick_emu::launch(dim3(1), dim3(32), 0, exited_lane_kernel);
+    FAIL() << "no report";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("exited"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaEmu, ABarrierSomeThreadsNeverReachIsReported) {
