@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 WICK := $(BUILD)/bin/wick
 
-.PHONY: all setup configure build test test-emu run bench bench-cpu format clean test-asan test-asan-full test-tsan fuzz
+.PHONY: all setup configure build test test-emu test-emu-race run bench bench-cpu format clean test-asan test-asan-full test-tsan fuzz
 
 all: build
 
@@ -42,6 +42,16 @@ test-emu: build model
 	cmake --build $(BUILD) -j $(JOBS) --target wick_gpu_emu_asan_tests
 	ASAN_OPTIONS=detect_leaks=0 WICK_TEST_MODEL=$$(./scripts/fetch_model) \
 		$(BUILD)/bin/wick_gpu_emu_asan_tests --gtest_filter='$(EMU_FILTER)'
+
+# The race check (docs/cuda_emu.md): the same tests with the kernels under
+# ThreadSanitizer, each CUDA thread a TSan fiber; shared or global memory two
+# threads of a CTA use, one writing, with no __syncthreads or __syncwarp
+# between, is a report (and the target fails). One OpenMP thread: libgomp is
+# not instrumented (as make test-tsan).
+test-emu-race: build model
+	cmake --build $(BUILD) -j $(JOBS) --target wick_gpu_emu_tsan_tests
+	OMP_NUM_THREADS=1 WICK_THREADS=1 WICK_TEST_MODEL=$$(./scripts/fetch_model) \
+		$(BUILD)/bin/wick_gpu_emu_tsan_tests --gtest_filter='$(EMU_FILTER)'
 
 run: build model
 	$(WICK) run smollm2 "What is the capital of France?" --temperature 0

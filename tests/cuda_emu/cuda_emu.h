@@ -90,7 +90,14 @@ uint64_t to_bits(const T& x) {
 // ---- CUDA C++'s names for them ----------------------------------------------------
 
 #undef __shared__
+#ifdef WICK_EMU_TSAN
+// The race check runs on one host thread: a plain static, whose first use's
+// guard TSan knows (a thread_local's guard byte, set by the first CUDA thread
+// and read by the others, would be reported as a race of theirs).
+#define __shared__ static
+#else
 #define __shared__ static thread_local  // one CTA at a time a host thread
+#endif
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
@@ -127,7 +134,7 @@ inline void __syncthreads() {
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   ::wick_emu::syncwarp(mask);
 }
-inline void __threadfence() {}
+inline void __threadfence() {}  // (one thread at a time; the race check's atomics order)
 inline void __threadfence_block() {}
 
 template <typename T>
@@ -270,36 +277,44 @@ inline int __dp4a(int a, unsigned b, int c) {
 }
 
 // One host thread runs a CTA's fibers in turn, and CTAs one after another:
-// the atomics need no lock.
+// the atomics need no lock. Under the race check (WICK_EMU_TSAN) they are the
+// compiler's atomics, so that TSan sees what they order (acquire and release:
+// more than a GPU's relaxed ones, which __threadfence orders).
+namespace wick_emu {
+template <typename T, typename F>
+T atomic_update(T* p, F next_of) {
+#ifdef WICK_EMU_TSAN
+  T old, next;
+  __atomic_load(p, &old, __ATOMIC_ACQUIRE);
+  do next = next_of(old);
+  while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+  return old;
+#else
+  const T old = *p;
+  *p = next_of(old);
+  return old;
+#endif
+}
+}  // namespace wick_emu
 template <typename T>
 T atomicAdd(T* p, T v) {
-  const T old = *p;
-  *p = old + v;
-  return old;
+  return ::wick_emu::atomic_update(p, [v](T old) { return T(old + v); });
 }
 template <typename T>
 T atomicMin(T* p, T v) {
-  const T old = *p;
-  *p = v < old ? v : old;
-  return old;
+  return ::wick_emu::atomic_update(p, [v](T old) { return v < old ? v : old; });
 }
 template <typename T>
 T atomicMax(T* p, T v) {
-  const T old = *p;
-  *p = v > old ? v : old;
-  return old;
+  return ::wick_emu::atomic_update(p, [v](T old) { return v > old ? v : old; });
 }
 template <typename T>
 T atomicExch(T* p, T v) {
-  const T old = *p;
-  *p = v;
-  return old;
+  return ::wick_emu::atomic_update(p, [v](T) { return v; });
 }
 template <typename T>
 T atomicCAS(T* p, T cmp, T v) {
-  const T old = *p;
-  if (old == cmp) *p = v;
-  return old;
+  return ::wick_emu::atomic_update(p, [cmp, v](T old) { return old == cmp ? v : old; });
 }
 
 // Device code's unqualified math.

@@ -43,6 +43,69 @@ namespace wick_emu {
 
 namespace {
 
+// The race check (make test-emu-race, WICK_EMU_TSAN): the kernels under
+// ThreadSanitizer, each CUDA thread a TSan fiber. Switches between them carry
+// no ordering; what orders a CTA's threads is what orders them on a GPU:
+// __syncthreads and __syncwarp (the CUDA guide: shuffles, votes, mma and
+// ldmatrix wait for their lanes but order no memory). A CTA's start and end
+// order it with the host, and CTAs one after another (a race between two CTAs
+// of a grid is not looked for). This file is not instrumented: its reads and
+// writes for the threads (ldmatrix's rows, cp.async's copies) are told to
+// TSan in the thread that makes them.
+namespace race {
+#ifdef WICK_EMU_TSAN
+extern "C" {
+void* __tsan_get_current_fiber();
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+void __tsan_set_fiber_name(void* fiber, const char* name);
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
+void __tsan_read_range(void* addr, unsigned long size);
+void __tsan_write_range(void* addr, unsigned long size);
+}
+inline void* current() {
+  return __tsan_get_current_fiber();
+}
+inline void to(void* fiber) {
+  __tsan_switch_to_fiber(fiber, 1u);  // __tsan_switch_to_fiber_no_sync
+}
+inline void release(void* a) {
+  __tsan_release(a);
+}
+inline void acquire(void* a) {
+  __tsan_acquire(a);
+}
+inline void read(const void* p, size_t n) {
+  __tsan_read_range(const_cast<void*>(p), n);
+}
+inline void write(void* p, size_t n) {
+  __tsan_write_range(p, n);
+}
+// A fiber for each thread of a CTA, made once a host thread and kept.
+void* fiber(size_t i) {
+  thread_local std::vector<void*> pool;
+  while (pool.size() <= i) {
+    pool.push_back(__tsan_create_fiber(0));
+    __tsan_set_fiber_name(pool.back(), ("cuda thread " + std::to_string(pool.size() - 1)).c_str());
+  }
+  return pool[i];
+}
+#else
+inline void* current() {
+  return nullptr;
+}
+inline void to(void*) {}
+inline void release(void*) {}
+inline void acquire(void*) {}
+inline void read(const void*, size_t) {}
+inline void write(void*, size_t) {}
+inline void* fiber(size_t) {
+  return nullptr;
+}
+#endif
+}  // namespace race
+
 enum class St { Run, Barrier, Warp, Done };
 enum class Op { None, Sync, Shfl, Vote, Mma, Imma, Ldsm };
 
@@ -71,6 +134,12 @@ struct Fiber {
   // cp.async: copies not yet done, grouped (group_end[i]: copies of groups <= i)
   std::vector<Copy> copies;
   std::vector<size_t> group_end;
+  // the race check: its TSan fiber; the barrier it waits at; its __syncwarp
+  // count, a release slot for each parity of it, and the parities of the
+  // lanes it last synced with (lane m released into slot m's parity)
+  void* race_fiber = nullptr;
+  unsigned bar_gen = 0, n_warp_syncs = 0, peer_parity = 0;
+  char warp_slot[2]{};
 };
 
 struct CtaRun {
@@ -83,7 +152,29 @@ struct CtaRun {
   unsigned char* smem = nullptr;  // 128-byte aligned, in smem_store
   const Body* body = nullptr;
   std::string error;  // what a thread found wrong (it stopped there)
+  // the race check: the host's TSan fiber; the CTA's start and end; the
+  // barriers passed, and a release object for each parity of that count (a
+  // thread's next release into one waits until all have left the last)
+  void* host_fiber = nullptr;
+  char start_sync = 0, end_sync = 0;
+  unsigned n_barriers = 0;
+  char bar_sync[2]{};
 };
+
+namespace race {
+// A CTA stopped by an error: its threads that did not finish end here (each
+// releases as it would have at its end), so that the host may free what they
+// used.
+void end_all(CtaRun& c) {
+  for (Fiber& f : c.fibers)
+    if (f.st != St::Done) {
+      to(f.race_fiber);
+      release(&c.end_sync);
+    }
+  to(c.host_fiber);
+  acquire(&c.end_sync);
+}
+}  // namespace race
 
 thread_local CtaRun* g_cta = nullptr;
 thread_local Fiber* g_cur = nullptr;
@@ -138,10 +229,12 @@ inline Fiber* next_after(CtaRun& c, Fiber* f) {
   Fiber* next = next_after(*g_cta, f);
   if (next == f) return;
   if (!next) {
+    race::to(g_cta->host_fiber);
     wick_emu_switch(&f->sp, g_cta->sched_sp);
     return;
   }
   g_cur = next;
+  race::to(next->race_fiber);
   wick_emu_switch(&f->sp, next->sp);
 }
 
@@ -151,7 +244,9 @@ void park(St st) {
 }
 
 [[noreturn]] void fiber_main() {
+  race::acquire(&g_cta->start_sync);
   g_cta->body->operator()();
+  race::release(&g_cta->end_sync);
   park(St::Done);
   std::abort();  // a finished thread is never resumed
 }
@@ -182,8 +277,10 @@ const float* f16_values() {
 // m16n8k16 of 16-bit floats (A row-major 16 x 16, B col-major 16 x 8, in
 // pairs; lane l holds rows g = l / 4 (+8), columns 2t, 2t + 1 (+8), t = l % 4):
 // each lane's D = its C + the exact products summed in double (k in order),
-// rounded once.
-void resolve_mma(Fiber* const lanes[32]) {
+// rounded once. (Compiled for AVX-512 and AVX2 too: a prefill's full tiles
+// spend most of an mma's time in the 2,048 products; no contraction to FMA in
+// any of them: -ffp-contract=off.)
+[[gnu::target_clones("avx512f", "avx2", "default")]] void resolve_mma(Fiber* const lanes[32]) {
   const bool bf16 = lanes[0]->flag;
   uint16_t A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
@@ -340,6 +437,13 @@ std::string resolve(Fiber* const lanes[32], unsigned group, Op op) {
     lanes[l] = &o;
   }
   waiting &= ~f.mask;
+  if (f.op == Op::Sync) {  // the race check: the slot each lane released into
+    unsigned parity = 0;
+    for (int l = 0; l < 32; ++l)
+      if (lanes[l]) parity |= (lanes[l]->n_warp_syncs & 1u) << l;
+    for (int l = 0; l < 32; ++l)
+      if (lanes[l]) lanes[l]->peer_parity = parity;
+  }
   const std::string err = resolve(lanes, f.mask, f.op);
   if (!err.empty()) fiber_fail(err);
 }
@@ -367,6 +471,8 @@ void finish_copies(Fiber& f, size_t n_groups_done) {
   const size_t n = n_groups_done == 0 ? 0 : f.group_end[n_groups_done - 1];
   for (size_t i = 0; i < n; ++i) {
     const Copy& c = f.copies[i];
+    race::read(c.src, size_t(c.bytes));
+    race::write(c.dst, size_t(c.size));
     std::memcpy(c.dst, c.src, size_t(c.bytes));
     std::memset(static_cast<char*>(c.dst) + c.bytes, 0, size_t(c.size - c.bytes));
   }
@@ -394,7 +500,11 @@ unsigned char* dynamic_smem() {
 }
 
 void syncthreads() {
+  Fiber& f = *g_cur;
+  f.bar_gen = g_cta->n_barriers;
+  race::release(&g_cta->bar_sync[f.bar_gen & 1]);
   park(St::Barrier);
+  race::acquire(&g_cta->bar_sync[f.bar_gen & 1]);
 }
 
 namespace {
@@ -428,8 +538,14 @@ Fiber& enter(Op op, unsigned mask) {
 }  // namespace
 
 void syncwarp(unsigned mask) {
-  enter(Op::Sync, mask);
+  Fiber& f = enter(Op::Sync, mask);
+  race::release(&f.warp_slot[f.n_warp_syncs & 1]);
   wait_in_warp();
+  const Fiber* lane0 = &f - f.lane;
+  for (int m = 0; m < 32; ++m)
+    if (mask >> m & 1u)
+      race::acquire(const_cast<char*>(&lane0[m].warp_slot[f.peer_parity >> m & 1u]));
+  ++f.n_warp_syncs;
 }
 
 uint64_t shfl(unsigned mask, uint64_t v, int kind, int arg, int width) {
@@ -470,6 +586,7 @@ void imma(int (&d)[4], const uint32_t* a, int n_a, const uint32_t* b, int n_b, i
 void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row_addr, bool trans) {
   Fiber& f = enter(Op::Ldsm, ~0u);
   f.addr = row_addr, f.flag = trans;
+  if (f.lane < 16) race::read(row_addr, 16);  // (its row, read by the last lane in)
   wait_in_warp();
   r0 = uint32_t(f.out), r1 = uint32_t(f.out >> 32);
 }
@@ -504,13 +621,16 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
              unsigned(i / (size_t(block.x) * block.y))};
     f.lane = int(i % 32);
     f.sp = fresh_stack(g_stacks.get(i));
+    f.race_fiber = race::fiber(i);
   }
+  c.host_fiber = race::current();
   struct Restore {
     CtaRun* cta = g_cta;
     Fiber* cur = g_cur;
     size_t n_stacks;
     bool done = false;
     ~Restore() {
+      if (!done) race::end_all(*g_cta);  // (before g_cta is restored)
       g_cta = cta, g_cur = cur;
       if (!done && __asan_unpoison_memory_region)  // threads left mid-call by an error
         for (size_t i = 0; i < n_stacks; ++i)
@@ -519,6 +639,7 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
   } restore{g_cta, g_cur, n};
   g_cta = &c;
   c.waiting.assign((n + 31) / 32, 0u);
+  race::release(&c.start_sync);  // (the CTA's set-up, its shared memory's poison)
   for (;;) {
     // threads switch to each other (switch_on); here when none can run
     Fiber* first = nullptr;
@@ -529,6 +650,7 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
       }
     if (first) {
       g_cur = first;
+      race::to(first->race_fiber);
       wick_emu_switch(&c.sched_sp, first->sp);
       if (!c.error.empty()) die(c.error);
       continue;
@@ -542,7 +664,9 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
     if (!all_barrier) die(why_stuck(c));
     for (Fiber& f : c.fibers)
       if (f.st == St::Barrier) f.st = St::Run;
+    ++c.n_barriers;
   }
+  race::acquire(&c.end_sync);
   for (Fiber& f : c.fibers)
     if (!f.copies.empty()) {  // copies never waited for: the GPU may still do them; so do we
       f.group_end.push_back(f.copies.size());

@@ -9,6 +9,22 @@
 
 #include "cuda_emu.h"
 
+#ifdef WICK_EMU_TSAN
+// The race check's own test counts the reports it expects instead of printing
+// them: TSan asks this hook of each report (true: drop it).
+namespace {
+int g_n_races = -1;  // -1: none expected, reports as usual
+}
+namespace __tsan {
+struct ReportDesc;
+bool OnReport(const ReportDesc*, bool suppressed) {
+  if (g_n_races < 0) return suppressed;
+  ++g_n_races;
+  return true;
+}
+}  // namespace __tsan
+#endif
+
 namespace {
 
 uint16_t bf16_bits(float f) {
@@ -264,6 +280,45 @@ TEST(CudaEmu, ReadsPastADeviceBufferAreReportedUnderAsan) {
                "heap-buffer-overflow");
   cudaFree(x);
   cudaFree(out);
+#endif
+}
+
+// Thread 0 writes shared memory, thread kReader reads it, with kSync between:
+// 0 nothing, 1 __syncthreads, 2 __syncwarp, 3 a shuffle. (A kernel and a
+// word a case: TSan reports a race once for each pair of stacks or address.)
+template <int kReader, int kSync>
+[[maybe_unused]] void handoff_kernel(int* out) {
+  int* s = reinterpret_cast<int*>(::wick_emu::dynamic_smem()) + 2 * kSync + (kReader > 31);
+  const int t = int(threadIdx.x);
+  if (t == 0) s[0] = 7;
+  if (kSync == 1) __syncthreads();
+  if (kSync == 2) __syncwarp();
+  if (kSync == 3) out[1 + t] = __shfl_sync(~0u, t, 0);
+  if (t == kReader) out[0] = s[0];
+}
+
+// make test-emu-race's binary: what orders CUDA threads on a GPU orders them
+// under the race check, and nothing else does (the CUDA guide: a shuffle
+// waits for its lanes but orders no memory).
+TEST(CudaEmu, RacesWithoutABarrierAreReportedUnderTsan) {
+#ifndef WICK_EMU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer is on in wick_gpu_emu_tsan_tests (make test-emu-race) only";
+#else
+  std::vector<int> out(65);
+  auto n_races = [&](void (*kernel)(int*)) {
+    g_n_races = 0;
+    wick_emu::launch(dim3(1), dim3(64), 64, kernel, out.data());
+    const int n = g_n_races;
+    g_n_races = -1;
+    EXPECT_EQ(out[0], 7);  // (one order: the emulator's)
+    return n;
+  };
+  EXPECT_GE(n_races(handoff_kernel<32, 0>), 1) << "another warp, no barrier";
+  EXPECT_EQ(n_races(handoff_kernel<32, 1>), 0) << "another warp, __syncthreads";
+  EXPECT_GE(n_races(handoff_kernel<32, 2>), 1) << "another warp, __syncwarp";
+  EXPECT_GE(n_races(handoff_kernel<1, 0>), 1) << "the same warp, nothing";
+  EXPECT_EQ(n_races(handoff_kernel<1, 2>), 0) << "the same warp, __syncwarp";
+  EXPECT_GE(n_races(handoff_kernel<1, 3>), 1) << "the same warp, a shuffle";
 #endif
 }
 
