@@ -28,19 +28,13 @@ bool OnReport(const ReportDesc*, bool suppressed) {
 namespace {
 
 uint16_t bf16_bits(float f) {
-  const __nv_bfloat16 b = __float2bfloat16(f);
-  uint16_t u;
-  std::memcpy(&u, &b, 2);
-  return u;
+  return uint16_t(wick_emu::to_bits(__float2bfloat16(f)));
 }
 float bf16_value(uint16_t u) {
   return __bfloat162float(wick_emu::bits_to<__nv_bfloat16>(u));
 }
 uint16_t f16_bits(float f) {
-  const __half h = __float2half(f);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
+  return uint16_t(wick_emu::to_bits(__float2half(f)));
 }
 float f16_value(uint16_t u) {
   return __half2float(wick_emu::bits_to<__half>(u));
