@@ -46,11 +46,14 @@ test-emu: build model
 # The race check (docs/cuda_emu.md): the same tests with the kernels under
 # ThreadSanitizer, each CUDA thread a TSan fiber; shared or global memory two
 # threads of a CTA use, one writing, with no __syncthreads or __syncwarp
-# between, is a report (and the target fails). One OpenMP thread: libgomp is
-# not instrumented (as make test-tsan).
+# between, is a report (and the target fails). RACE_CTAS=64 runs CTAs in
+# waves of 64 and looks for races between them instead (global memory with
+# no __threadfence and atomic between). One OpenMP thread: libgomp is not
+# instrumented (as make test-tsan).
+RACE_CTAS ?= 1
 test-emu-race: build model
 	cmake --build $(BUILD) -j $(JOBS) --target wick_gpu_emu_tsan_tests
-	OMP_NUM_THREADS=1 WICK_THREADS=1 WICK_TEST_MODEL=$$(./scripts/fetch_model) \
+	OMP_NUM_THREADS=1 WICK_THREADS=1 WICK_EMU_RACE_CTAS=$(RACE_CTAS) WICK_TEST_MODEL=$$(./scripts/fetch_model) \
 		$(BUILD)/bin/wick_gpu_emu_tsan_tests --gtest_filter='$(EMU_FILTER)'
 
 run: build model

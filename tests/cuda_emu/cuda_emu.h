@@ -33,6 +33,22 @@ const uint3& block_idx();
 const dim3& block_dim();
 const dim3& grid_dim();
 unsigned char* dynamic_smem();
+// A `__shared__` variable's storage in the running CTA (rewrite_cu.py): its
+// own for each CTA, fresh (poisoned as dynamic shared memory) at its start;
+// `key` tells the declarations apart.
+void* static_smem(const void* key, size_t size, size_t align);
+template <typename A, size_t kAlign, typename Site>
+A& cta_shared(Site) {
+  static char key;  // (its address)
+  constexpr size_t align = kAlign > alignof(A) ? kAlign : alignof(A);
+  return *static_cast<A*>(static_smem(&key, sizeof(A), align));
+}
+
+// The race check (WICK_EMU_TSAN): a __threadfence; an atomic on p follows;
+// the CTAs a wave (WICK_EMU_RACE_CTAS; returns the value it replaces).
+void fence();
+void before_atomic(const void* p);
+int set_race_ctas(int n);
 
 void syncthreads();
 void syncwarp(unsigned mask);
@@ -90,14 +106,9 @@ uint64_t to_bits(const T& x) {
 // ---- CUDA C++'s names for them ----------------------------------------------------
 
 #undef __shared__
-#ifdef WICK_EMU_TSAN
-// The race check runs on one host thread: a plain static, whose first use's
-// guard TSan knows (a thread_local's guard byte, set by the first CUDA thread
-// and read by the others, would be reported as a race of theirs).
-#define __shared__ static
-#else
-#define __shared__ static thread_local  // one CTA at a time a host thread
-#endif
+// rewrite_cu.py turns each `__shared__` declaration of a .cu file into a
+// cta_shared call: one left here (in a header, say) fails to compile.
+#define __shared__ __shared___outside_a_cu_file_is_not_rewritten
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
@@ -134,7 +145,11 @@ inline void __syncthreads() {
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   ::wick_emu::syncwarp(mask);
 }
-inline void __threadfence() {}  // (one thread at a time; the race check's atomics order)
+inline void __threadfence() {  // (one thread at a time: nothing to order but for the race check)
+#ifdef WICK_EMU_TSAN
+  ::wick_emu::fence();
+#endif
+}
 inline void __threadfence_block() {}
 
 template <typename T>
@@ -278,16 +293,18 @@ inline int __dp4a(int a, unsigned b, int c) {
 
 // One host thread runs a CTA's fibers in turn, and CTAs one after another:
 // the atomics need no lock. Under the race check (WICK_EMU_TSAN) they are the
-// compiler's atomics, so that TSan sees what they order (acquire and release:
-// more than a GPU's relaxed ones, which __threadfence orders).
+// compiler's relaxed atomics, as a GPU's: what orders memory between CTAs is
+// a __threadfence before an atomic in one and one after it in another (the
+// PTX memory model's fences, as the emulator tells TSan).
 namespace wick_emu {
 template <typename T, typename F>
 T atomic_update(T* p, F next_of) {
 #ifdef WICK_EMU_TSAN
+  before_atomic(p);
   T old, next;
-  __atomic_load(p, &old, __ATOMIC_ACQUIRE);
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
   do next = next_of(old);
-  while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+  while (!__atomic_compare_exchange(p, &old, &next, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
   return old;
 #else
   const T old = *p;

@@ -2,6 +2,9 @@
 // switched only where CUDA threads meet (barriers, warp collectives), so a
 // run is deterministic and a barrier some threads never reach is reported,
 // not hung.
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -47,12 +50,21 @@ namespace {
 // ThreadSanitizer, each CUDA thread a TSan fiber. Switches between them carry
 // no ordering; what orders a CTA's threads is what orders them on a GPU:
 // __syncthreads and __syncwarp (the CUDA guide: shuffles, votes, mma and
-// ldmatrix wait for their lanes but order no memory). A CTA's start and end
-// order it with the host, and CTAs one after another (a race between two CTAs
-// of a grid is not looked for). This file is not instrumented: its reads and
-// writes for the threads (ldmatrix's rows, cp.async's copies) are told to
+// ldmatrix wait for their lanes but order no memory), and what orders CTAs is
+// a __threadfence before an atomic in one and one after it in another (fence).
+// CTAs run in waves (WICK_EMU_RACE_CTAS of them, 1 by default): a wave's CTAs
+// are ordered with the host at its start and end and not with each other, so
+// races between them are looked for. This file is not instrumented: its reads
+// and writes for the threads (ldmatrix's rows, cp.async's copies) are told to
 // TSan in the thread that makes them.
+//
+// TSan (v3) keeps 256 slots, a thread's identity; beyond them it hands a slot
+// from one thread to another and misses races between the two. So a wave has
+// at most kIdentities: one for each CUDA thread while they fit, else one for
+// each warp (races between a warp's lanes are then not looked for), else one
+// for each CTA (only races between CTAs are).
 namespace race {
+constexpr size_t kIdentities = 224;
 #ifdef WICK_EMU_TSAN
 extern "C" {
 void* __tsan_get_current_fiber();
@@ -64,17 +76,18 @@ void __tsan_release(void* addr);
 void __tsan_read_range(void* addr, unsigned long size);
 void __tsan_write_range(void* addr, unsigned long size);
 }
+constexpr bool kOn = true;
 inline void* current() {
   return __tsan_get_current_fiber();
 }
 inline void to(void* fiber) {
   __tsan_switch_to_fiber(fiber, 1u);  // __tsan_switch_to_fiber_no_sync
 }
-inline void release(void* a) {
-  __tsan_release(a);
+inline void release(const void* a) {
+  __tsan_release(const_cast<void*>(a));
 }
-inline void acquire(void* a) {
-  __tsan_acquire(a);
+inline void acquire(const void* a) {
+  __tsan_acquire(const_cast<void*>(a));
 }
 inline void read(const void* p, size_t n) {
   __tsan_read_range(const_cast<void*>(p), n);
@@ -82,28 +95,49 @@ inline void read(const void* p, size_t n) {
 inline void write(void* p, size_t n) {
   __tsan_write_range(p, n);
 }
-// A fiber for each thread of a CTA, made once a host thread and kept.
-void* fiber(size_t i) {
+// Identity k of a wave, made once a host thread and kept (a wave's start
+// orders it after all it did before).
+void* fiber(size_t k) {
   thread_local std::vector<void*> pool;
-  while (pool.size() <= i) {
+  while (pool.size() <= k) {
     pool.push_back(__tsan_create_fiber(0));
-    __tsan_set_fiber_name(pool.back(), ("cuda thread " + std::to_string(pool.size() - 1)).c_str());
+    __tsan_set_fiber_name(pool.back(),
+                          ("cuda identity " + std::to_string(pool.size() - 1)).c_str());
   }
-  return pool[i];
+  return pool[k];
 }
 #else
+constexpr bool kOn = false;
 inline void* current() {
   return nullptr;
 }
 inline void to(void*) {}
-inline void release(void*) {}
-inline void acquire(void*) {}
+inline void release(const void*) {}
+inline void acquire(const void*) {}
 inline void read(const void*, size_t) {}
 inline void write(void*, size_t) {}
 inline void* fiber(size_t) {
   return nullptr;
 }
 #endif
+
+// CTAs a wave (1 outside the race check).
+int g_ctas_per_wave = [] {
+  const char* v = std::getenv("WICK_EMU_RACE_CTAS");
+  return v && *v ? std::max(1, std::atoi(v)) : 1;
+}();
+
+// How a wave of n_ctas CTAs of n_threads maps CUDA threads to identities:
+// thread i of the wave's CTA s is identity s * units + i / per_unit.
+struct Units {
+  size_t per_cta, per_unit;
+};
+Units units(size_t n_ctas, size_t n_threads) {
+  if (n_ctas * n_threads <= kIdentities) return {n_threads, 1};
+  const size_t n_warps = (n_threads + 31) / 32;
+  if (n_ctas * n_warps <= kIdentities) return {n_warps, 32};
+  return {1, n_threads};
+}
 }  // namespace race
 
 enum class St { Run, Barrier, Warp, Done };
@@ -136,11 +170,21 @@ struct Fiber {
   std::vector<size_t> group_end;
   // the race check: its TSan fiber; the barrier it waits at; its __syncwarp
   // count, a release slot for each parity of it, and the parities of the
-  // lanes it last synced with (lane m released into slot m's parity)
+  // lanes it last synced with (lane m released into slot m's parity); whether
+  // it has passed a __threadfence (its atomics release from then on)
   void* race_fiber = nullptr;
   unsigned bar_gen = 0, n_warp_syncs = 0, peer_parity = 0;
   char warp_slot[2]{};
+  bool fenced = false;
 };
+
+// The race check's order of a wave's CTAs with the host: each one's threads
+// acquire `start` (the CTAs' set-up) and release into `end` as they finish.
+struct Wave {
+  char start = 0, end = 0;
+};
+
+constexpr size_t kStaticSmem = 48 * 1024;  // CUDA's bound on a kernel's __shared__ variables
 
 struct CtaRun {
   std::vector<Fiber> fibers;
@@ -150,15 +194,29 @@ struct CtaRun {
   dim3 bdim, gdim;
   std::vector<unsigned char> smem_store;
   unsigned char* smem = nullptr;  // 128-byte aligned, in smem_store
+  size_t smem_bytes = 0, smem_limit = 0;
+  // the __shared__ variables (static_smem): their keys and offsets, in order
+  std::vector<unsigned char> static_store;
+  unsigned char* statics = nullptr;  // 128-byte aligned, in static_store
+  struct StaticVar {
+    const void* key;
+    size_t offset;
+  };
+  StaticVar static_vars[64]{};  // (fixed: a vector's growth would be a thread's memmove)
+  size_t n_static_vars = 0, n_static_bytes = 0;
   const Body* body = nullptr;
   std::string error;  // what a thread found wrong (it stopped there)
-  // the race check: the host's TSan fiber; the CTA's start and end; the
-  // barriers passed, and a release object for each parity of that count (a
-  // thread's next release into one waits until all have left the last)
+  // the race check: the host's TSan fiber; the wave; the barriers passed, and
+  // a release object for each parity of that count (a thread's next release
+  // into one waits until all have left the last); the global addresses of
+  // the CTA's atomics so far (a __threadfence acquires them)
   void* host_fiber = nullptr;
-  char start_sync = 0, end_sync = 0;
+  Wave* wave = nullptr;
   unsigned n_barriers = 0;
   char bar_sync[2]{};
+  const void* atomics[64]{};
+  size_t n_atomics = 0;
+  bool ended = false;  // end_all has run
 };
 
 namespace race {
@@ -166,13 +224,15 @@ namespace race {
 // releases as it would have at its end), so that the host may free what they
 // used.
 void end_all(CtaRun& c) {
+  if (c.ended) return;
+  c.ended = true;
   for (Fiber& f : c.fibers)
     if (f.st != St::Done) {
       to(f.race_fiber);
-      release(&c.end_sync);
+      release(&c.wave->end);
     }
   to(c.host_fiber);
-  acquire(&c.end_sync);
+  acquire(&c.wave->end);
 }
 }  // namespace race
 
@@ -196,9 +256,19 @@ unsigned char poison() {
 // which the next CTA's threads would trip on; run_cta clears them.
 extern "C" void __asan_unpoison_memory_region(void const volatile*, size_t) __attribute__((weak));
 
-struct Stacks {  // 1,024 threads' stacks, allocated once a host thread
-  std::unique_ptr<char[]> s{new char[1024 * kStack]};
-  char* get(size_t i) { return s.get() + i * kStack; }
+// Threads' stacks, mapped once a host thread (untouched pages cost nothing).
+// A wave's threads each have their own: under the race check a stack shared
+// by two CTAs' threads would be reported as their race.
+constexpr size_t kStacks = race::kOn ? 16 * 1024 : 1024;
+struct Stacks {
+  char* s = [] {
+    void* p = mmap(nullptr, kStacks * kStack, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("cuda emulator: no memory for threads' stacks");
+    return static_cast<char*>(p);
+  }();
+  ~Stacks() { munmap(s, kStacks * kStack); }
+  char* get(size_t i) { return s + i * kStack; }
 };
 thread_local Stacks g_stacks;
 
@@ -234,7 +304,7 @@ inline Fiber* next_after(CtaRun& c, Fiber* f) {
     return;
   }
   g_cur = next;
-  race::to(next->race_fiber);
+  if (next->race_fiber != f->race_fiber) race::to(next->race_fiber);
   wick_emu_switch(&f->sp, next->sp);
 }
 
@@ -244,9 +314,9 @@ void park(St st) {
 }
 
 [[noreturn]] void fiber_main() {
-  race::acquire(&g_cta->start_sync);
+  race::acquire(&g_cta->wave->start);
   g_cta->body->operator()();
-  race::release(&g_cta->end_sync);
+  race::release(&g_cta->wave->end);
   park(St::Done);
   std::abort();  // a finished thread is never resumed
 }
@@ -511,6 +581,7 @@ namespace {
 // In a thread: stops it and leaves the error for the scheduler to throw.
 [[noreturn]] void fiber_fail(const std::string& what) {
   g_cta->error = what;
+  race::release(&g_cta->wave->end);  // (as at its end: the host reads the error)
   park(St::Done);
   std::abort();  // never resumed
 }
@@ -608,11 +679,17 @@ void cp_async_wait(int n_newest_pending) {
   if (n > size_t(n_newest_pending)) finish_copies(f, n - size_t(n_newest_pending));
 }
 
-void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_bytes) {
-  CtaRun c;
+namespace {
+// Sets up CTA `bid` of a wave, its threads on stacks first..first + n - 1 and
+// identities from identity0.
+void set_up(CtaRun& c, const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_bytes,
+            size_t smem_limit, size_t first_stack, size_t identity0, race::Units u) {
   c.bid = bid, c.gdim = grid, c.bdim = block, c.body = &body;
+  c.smem_bytes = smem_bytes, c.smem_limit = smem_limit;
   c.smem_store.assign(smem_bytes + kRedZone + 128, poison());
   c.smem = c.smem_store.data() + (-reinterpret_cast<uintptr_t>(c.smem_store.data()) & 127);
+  c.static_store.assign(kStaticSmem + 128, poison());
+  c.statics = c.static_store.data() + (-reinterpret_cast<uintptr_t>(c.static_store.data()) & 127);
   const size_t n = size_t(block.x) * block.y * block.z;
   c.fibers.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -620,28 +697,17 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
     f.tid = {unsigned(i % block.x), unsigned(i / block.x % block.y),
              unsigned(i / (size_t(block.x) * block.y))};
     f.lane = int(i % 32);
-    f.sp = fresh_stack(g_stacks.get(i));
-    f.race_fiber = race::fiber(i);
+    f.sp = fresh_stack(g_stacks.get(first_stack + i));
+    f.race_fiber = race::fiber(identity0 + i / u.per_unit);
   }
-  c.host_fiber = race::current();
-  struct Restore {
-    CtaRun* cta = g_cta;
-    Fiber* cur = g_cur;
-    size_t n_stacks;
-    bool done = false;
-    ~Restore() {
-      if (!done) race::end_all(*g_cta);  // (before g_cta is restored)
-      g_cta = cta, g_cur = cur;
-      if (!done && __asan_unpoison_memory_region)  // threads left mid-call by an error
-        for (size_t i = 0; i < n_stacks; ++i)
-          __asan_unpoison_memory_region(g_stacks.get(i), kStack);
-    }
-  } restore{g_cta, g_cur, n};
-  g_cta = &c;
   c.waiting.assign((n + 31) / 32, 0u);
-  race::release(&c.start_sync);  // (the CTA's set-up, its shared memory's poison)
+  c.host_fiber = race::current();
+}
+
+// Runs a CTA set up by set_up to its end (its threads switch to each other;
+// here when none can run).
+void run_cta(CtaRun& c) {
   for (;;) {
-    // threads switch to each other (switch_on); here when none can run
     Fiber* first = nullptr;
     for (Fiber& f : c.fibers)
       if (f.st == St::Run) {
@@ -652,7 +718,10 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
       g_cur = first;
       race::to(first->race_fiber);
       wick_emu_switch(&c.sched_sp, first->sp);
-      if (!c.error.empty()) die(c.error);
+      if (!c.error.empty()) {
+        race::end_all(c);  // (before the host reads what the threads wrote)
+        die(c.error);
+      }
       continue;
     }
     bool all_done = true, all_barrier = true;
@@ -666,23 +735,118 @@ void run_cta(const Body& body, uint3 bid, dim3 grid, dim3 block, size_t smem_byt
       if (f.st == St::Barrier) f.st = St::Run;
     ++c.n_barriers;
   }
-  race::acquire(&c.end_sync);
-  for (Fiber& f : c.fibers)
-    if (!f.copies.empty()) {  // copies never waited for: the GPU may still do them; so do we
-      f.group_end.push_back(f.copies.size());
-      finish_copies(f, f.group_end.size());
-    }
-  restore.done = true;
-  for (size_t i = 0; i < kRedZone; ++i)
-    if (c.smem[smem_bytes + i] != poison())
-      die("a kernel wrote past its " + std::to_string(smem_bytes) +
-          " bytes of dynamic shared memory");
 }
 
-void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes) {
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) run_cta(body, {x, y, z}, grid, block, smem_bytes);
+// CTAs first..first + n_ctas - 1 of the grid (x fastest), set up before the
+// first runs and checked after the last ends (the race check orders a wave
+// with the host, not its CTAs with each other).
+void run_wave(const Body& body, size_t first, size_t n_ctas, dim3 grid, dim3 block,
+              size_t smem_bytes, size_t smem_limit) {
+  const size_t n = size_t(block.x) * block.y * block.z;
+  const race::Units u = race::units(n_ctas, n);
+  std::vector<std::unique_ptr<CtaRun>> ctas(n_ctas);
+  for (size_t k = 0; k < n_ctas; ++k) {
+    const size_t i = first + k;
+    const uint3 bid{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
+                    unsigned(i / (size_t(grid.x) * grid.y))};
+    ctas[k] = std::make_unique<CtaRun>();
+    set_up(*ctas[k], body, bid, grid, block, smem_bytes, smem_limit, k * n, k * u.per_cta, u);
+  }
+  Wave wave;
+  for (auto& c : ctas) c->wave = &wave;
+  struct Restore {
+    CtaRun* cta = g_cta;
+    Fiber* cur = g_cur;
+    size_t n_stacks;
+    bool done = false;
+    ~Restore() {
+      if (!done) race::end_all(*g_cta);  // (before g_cta is restored)
+      g_cta = cta, g_cur = cur;
+      if (!done && __asan_unpoison_memory_region)  // threads left mid-call by an error
+        for (size_t i = 0; i < n_stacks; ++i)
+          __asan_unpoison_memory_region(g_stacks.get(i), kStack);
+    }
+  } restore{g_cta, g_cur, n_ctas * n};
+  race::release(&wave.start);  // (the CTAs' set-up, their shared memory's poison)
+  for (auto& c : ctas) {
+    g_cta = c.get();
+    run_cta(*c);
+  }
+  restore.done = true;
+  race::acquire(&wave.end);
+  for (auto& c : ctas) {
+    for (Fiber& f : c->fibers)
+      if (!f.copies.empty()) {  // copies never waited for: the GPU may still do them; so do we
+        f.group_end.push_back(f.copies.size());
+        finish_copies(f, f.group_end.size());
+      }
+    for (size_t i = 0; i < kRedZone; ++i)
+      if (c->smem[smem_bytes + i] != poison())
+        die("a kernel wrote past its " + std::to_string(smem_bytes) +
+            " bytes of dynamic shared memory");
+  }
+}
+}  // namespace
+
+void* static_smem(const void* key, size_t size, size_t align) {
+  CtaRun& c = *g_cta;
+  for (size_t i = 0; i < c.n_static_vars; ++i)
+    if (c.static_vars[i].key == key) return c.statics + c.static_vars[i].offset;
+  const size_t offset = (c.n_static_bytes + align - 1) / align * align;
+  if (offset + size > kStaticSmem)
+    fiber_fail("a kernel's __shared__ variables take more than CUDA's " +
+               std::to_string(kStaticSmem) + " bytes");
+  if (offset + size + c.smem_bytes > c.smem_limit)
+    fiber_fail("a kernel's " + std::to_string(offset + size) +
+               " bytes of __shared__ variables and " + std::to_string(c.smem_bytes) +
+               " of dynamic shared memory exceed the device's " + std::to_string(c.smem_limit));
+  if (c.n_static_vars == std::size(c.static_vars))
+    fiber_fail("a kernel with more __shared__ declarations than the emulator keeps");
+  c.static_vars[c.n_static_vars++] = {key, offset};
+  c.n_static_bytes = offset + size;
+  return c.statics + offset;
+}
+
+// The race check's model of the PTX memory model's fences between CTAs: an
+// atomic after a __threadfence in its thread releases (all the thread saw:
+// more than the writes before the fence), and a __threadfence acquires what
+// the CTA's atomics so far read (the atomic read in one thread and the fence
+// in another, a barrier between, as the kernels do it). Atomics on shared
+// memory are left out: barriers order a CTA's threads.
+void fence() {
+  CtaRun& c = *g_cta;
+  g_cur->fenced = true;
+  for (size_t i = 0; i < c.n_atomics; ++i) race::acquire(c.atomics[i]);
+}
+
+void before_atomic(const void* p) {
+  CtaRun& c = *g_cta;
+  auto in = [p](const std::vector<unsigned char>& v) {
+    return p >= static_cast<const void*>(v.data()) &&
+           p < static_cast<const void*>(v.data() + v.size());
+  };
+  if (in(c.smem_store) || in(c.static_store)) return;
+  if (g_cur->fenced) race::release(p);
+  for (size_t i = 0; i < c.n_atomics; ++i)
+    if (c.atomics[i] == p) return;
+  if (c.n_atomics == std::size(c.atomics))
+    fiber_fail("a CTA with atomics on more global addresses than the race check keeps");
+  c.atomics[c.n_atomics++] = p;
+}
+
+int set_race_ctas(int n) {
+  const int was = race::g_ctas_per_wave;
+  race::g_ctas_per_wave = std::max(1, n);
+  return was;
+}
+
+void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes, size_t smem_limit) {
+  const size_t n_ctas = size_t(grid.x) * grid.y * grid.z;
+  const size_t n_threads = size_t(block.x) * block.y * block.z;
+  size_t per_wave = race::kOn ? size_t(race::g_ctas_per_wave) : 1;
+  per_wave = std::min({per_wave, race::kIdentities, kStacks / n_threads});
+  for (size_t first = 0; first < n_ctas; first += per_wave)
+    run_wave(body, first, std::min(per_wave, n_ctas - first), grid, block, smem_bytes, smem_limit);
 }
 
 }  // namespace wick_emu

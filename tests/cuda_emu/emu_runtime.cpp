@@ -68,6 +68,7 @@ struct Device {
   int smem_optin = int(env_or("WICK_EMU_SMEM_OPTIN", shape.smem_optin));
   int regs = int(env_or("WICK_EMU_REGS", 128));  // a thread's registers, for occupancy
   size_t total = size_t(env_or("WICK_EMU_GPU_MB", 4096)) << 20;
+  int global_poison = int(env_or("WICK_EMU_POISON_GLOBAL", 0xff));  // fresh cudaMalloc bytes
   size_t used = 0;
   std::map<void*, size_t> allocs;
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
@@ -123,7 +124,10 @@ void submit(cudaStream_t st, dim3 grid, dim3 block, size_t smem, const void* ker
                                          std::to_string(d.smem_optin));
     return;
   }
-  enqueue(st, [grid, block, smem, body = std::move(body)] { run_grid(body, grid, block, smem); });
+  const size_t smem_limit = size_t(d.smem_optin);
+  enqueue(st, [grid, block, smem, smem_limit, body = std::move(body)] {
+    run_grid(body, grid, block, smem, smem_limit);
+  });
 }
 
 }  // namespace wick_emu
@@ -242,6 +246,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = nullptr;
     return cudaErrorMemoryAllocation;
   }
+  // fresh device memory holds what it held before on a GPU: poisoned here, so
+  // that a kernel reading a buffer before anything wrote it shows (NaN floats)
+  std::memset(*p, d.global_poison, bytes);
   d.allocs[*p] = bytes;
   d.used += bytes;
   return cudaSuccess;

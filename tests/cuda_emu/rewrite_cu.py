@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """Turns a .cu file into host C++ for the CUDA emulator (tests/cuda_emu).
 
-Two rewrites, nothing else (the line count stays, and #line keeps the
+Three rewrites, nothing else (the line count stays, and #line keeps the
 compiler's messages on the original file):
   kernel<T><<<grid, block[, smem[, stream]]>>>(args)
       -> ::wick_emu::launch(grid, block, smem, stream, kernel<T>, args)
   extern __shared__ [__align__(n)] type name[];
       -> type* name = reinterpret_cast<type*>(::wick_emu::dynamic_smem());
+  __shared__ [__align__(n)] type a[d]..., b;
+      -> auto& a = ::wick_emu::cta_shared<type[d]..., n>([] {}); auto& b = ...
+     (each CTA's own, fresh: a static would be one for all CTAs)
 
 usage: rewrite_cu.py IN.cu OUT.cpp
 """
 import re
 import sys
 
+STATIC_SHARED = re.compile(r"(?<!extern )__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([^;]+);")
+DECLARATOR = re.compile(r"^(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)$", re.S)
 SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w:\s]+?)\s+(\w+)\s*\[\s*\]\s*;")
 
 
@@ -96,9 +101,26 @@ def rewrite(src):
         out.append(call)
         pos = close + 1
     text = "".join(out)
-    return SHARED.sub(
+    text = SHARED.sub(
         lambda m: f"{m.group(1)}* {m.group(2)} = reinterpret_cast<{m.group(1)}*>(::wick_emu::dynamic_smem());",
         text)
+    return STATIC_SHARED.sub(static_shared, text)
+
+
+def static_shared(m):
+    """One `auto&` a declarator; the lambda's type makes each site's key its own."""
+    line = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]
+    if "//" in line or "*" in line.lstrip()[:1]:  # in a comment: left as it is
+        return m.group(0)
+    align, out, type_ = m.group(1) or "0", [], None
+    for i, d in enumerate(split_top(m.group(2))):
+        parts = DECLARATOR.match(d.strip())
+        if not parts or "=" in d or "\n" in d or (i == 0) == (not parts.group(1).strip()):
+            raise SystemExit(f"__shared__ declarator not understood: {d!r}")
+        type_ = parts.group(1).strip() if i == 0 else type_
+        dims = parts.group(3).replace(" ", "")
+        out.append(f"auto& {parts.group(2)} = ::wick_emu::cta_shared<{type_}{dims}, {align}>([] {{}});")
+    return " ".join(out)
 
 
 def main():

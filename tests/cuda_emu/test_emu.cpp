@@ -2,6 +2,7 @@
 // instructions do, and its reports of what would hang or corrupt a GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -13,8 +14,9 @@
 // The race check's own test counts the reports it expects instead of printing
 // them: TSan asks this hook of each report (true: drop it).
 namespace {
-int g_n_races = -1;  // -1: none expected, reports as usual
-}
+// -1: none expected, reports as usual (atomic: CTAs of a wave report apart)
+std::atomic<int> g_n_races{-1};
+}  // namespace
 namespace __tsan {
 struct ReportDesc;
 bool OnReport(const ReportDesc*, bool suppressed) {
@@ -128,7 +130,7 @@ TEST(CudaEmu, ImmaS8U8IsTheMatrixProductInThePtxLayout) {
 // elements; lane l gets row l / 4, columns 2 (l % 4) and +1, of each (.trans:
 // the transposed matrices').
 void ldsm_kernel(const uint16_t* src, uint32_t* out, bool trans) {
-  static thread_local uint16_t tile[16][8];  // __shared__
+  auto& tile = wick_emu::cta_shared<uint16_t[16][8], 16>([] {});  // (a .cu file's __shared__)
   const int l = int(threadIdx.x);
   for (int i = 0; i < 4; ++i) tile[(4 * l + i) / 8][(4 * l + i) % 8] = src[4 * l + i];
   __syncthreads();
@@ -314,6 +316,120 @@ TEST(CudaEmu, RacesWithoutABarrierAreReportedUnderTsan) {
   EXPECT_EQ(n_races(handoff_kernel<1, 2>), 0) << "the same warp, __syncwarp";
   EXPECT_GE(n_races(handoff_kernel<1, 3>), 1) << "the same warp, a shuffle";
 #endif
+}
+
+// Each CTA's __shared__ variables are its own and fresh: thread 0 reads
+// (poison: NaN's bits) and writes, a barrier, the others read its write.
+void static_smem_kernel(uint32_t* first, uint32_t* seen) {
+  auto& v = wick_emu::cta_shared<uint32_t[2], 0>([] {});
+  const unsigned b = blockIdx.x, t = threadIdx.x;
+  if (t == 0) first[b] = v[1], v[1] = 100 + b;
+  __syncthreads();
+  seen[b * blockDim.x + t] = v[1];
+}
+
+TEST(CudaEmu, SharedVariablesAreEachCtasOwnAndFresh) {
+  std::vector<uint32_t> first(3), seen(3 * 64);
+  wick_emu::launch(dim3(3), dim3(64), 0, static_smem_kernel, first.data(), seen.data());
+  for (unsigned b = 0; b < 3; ++b) {
+    EXPECT_EQ(first[b], 0xffffffffu) << "CTA " << b << " saw another's value";
+    for (unsigned t = 0; t < 64; ++t) EXPECT_EQ(seen[b * 64 + t], 100 + b);
+  }
+}
+
+void big_static_kernel(int* out) {
+  auto& big = wick_emu::cta_shared<char[40 * 1024], 0>([] {});
+  if (threadIdx.x == 0) out[0] = big[0];
+}
+
+// as a GPU refuses it: __shared__ variables and dynamic shared memory
+// together past the CTA's limit (227 KB on an H100)
+TEST(CudaEmu, SharedVariablesPastTheLimitAreReported) {
+  int out = 0, limit = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+            cudaSuccess);
+  const size_t fits = size_t(limit) - 40 * 1024, past = fits + 1;
+  cudaFuncSetAttribute(big_static_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(past));
+  wick_emu::launch(dim3(1), dim3(32), fits, big_static_kernel, &out);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  try {
+    wick_emu::launch(dim3(1), dim3(32), past, big_static_kernel, &out);
+    FAIL() << "no report";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceed the device"), std::string::npos) << e.what();
+  }
+}
+
+// The last of a grid's CTAs sums every CTA's part (matmul.cu's counters):
+// each writes its part, then kCase: 0 a __threadfence, a barrier and thread
+// 0's atomic count, the last one (which resets the count with an atomic) a
+// barrier and a __threadfence before it reads; 1 no fence before the count;
+// 2 none after it; 3 the count reset by a plain store; 4 no count, the next
+// CTA's part read at once.
+template <int kCase>
+[[maybe_unused]] void last_cta_kernel(int* part, int* count, int* out) {
+  auto& last = wick_emu::cta_shared<int, 0>([] {});
+  const int b = int(blockIdx.x), t = int(threadIdx.x), n = int(gridDim.x);
+  part[b * 32 + t] = b + t;
+  if (kCase == 4) {
+    out[b * 32 + t] = part[(b + 1) % n * 32 + t];
+    return;
+  }
+  if (kCase != 1) __threadfence();
+  __syncthreads();
+  if (t == 0) {
+    last = atomicAdd(count, 1) == n - 1;
+    if (last && kCase == 3) *count = 0;
+    if (last && kCase != 3) atomicExch(count, 0);
+  }
+  __syncthreads();
+  if (!last) return;
+  if (kCase != 2) __threadfence();
+  int sum = 0;
+  for (int c = 0; c < n; ++c) sum += part[c * 32 + t];
+  out[t] = sum;
+}
+
+// make test-emu-race's binary with CTAs in waves (WICK_EMU_RACE_CTAS): what
+// orders CTAs on a GPU orders them here, fences around an atomic, and nothing
+// else does (the CTAs of a wave run one after another).
+TEST(CudaEmu, RacesBetweenCtasAreReportedUnderTsan) {
+#ifndef WICK_EMU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer is on in wick_gpu_emu_tsan_tests (make test-emu-race) only";
+#else
+  constexpr int kCtas = 4;
+  std::vector<int> mem(6 *
+                       (kCtas * 64 + 8));  // (a word for each case: TSan reports an address once)
+  auto n_races = [&](int waves_of, int c, void (*kernel)(int*, int*, int*)) {
+    int* part = mem.data() + c * (kCtas * 64 + 8);
+    int *count = part + kCtas * 32, *out = count + 4;
+    const int was = wick_emu::set_race_ctas(waves_of);
+    g_n_races = 0;
+    wick_emu::launch(dim3(kCtas), dim3(32), 0, kernel, part, count, out);
+    const int n = g_n_races;
+    g_n_races = -1;
+    wick_emu::set_race_ctas(was);
+    if (c < 4) {
+      EXPECT_EQ(out[5], kCtas * 5 + kCtas * (kCtas - 1) / 2) << "case " << c;
+    }
+    return n;
+  };
+  EXPECT_EQ(n_races(kCtas, 0, last_cta_kernel<0>), 0) << "fences around the count";
+  EXPECT_GE(n_races(kCtas, 1, last_cta_kernel<1>), 1) << "no fence before the count";
+  EXPECT_GE(n_races(kCtas, 2, last_cta_kernel<2>), 1) << "no fence after the count";
+  EXPECT_GE(n_races(kCtas, 3, last_cta_kernel<3>), 1) << "a plain store resets the count";
+  EXPECT_GE(n_races(kCtas, 4, last_cta_kernel<4>), 1) << "another CTA's part, nothing between";
+  EXPECT_EQ(n_races(1, 5, last_cta_kernel<4>), 0) << "a CTA a wave: CTAs one after another";
+#endif
+}
+
+// Fresh device memory is poisoned as a GPU's holds old bytes (NaN floats):
+// a kernel that reads a buffer nothing wrote shows.
+TEST(CudaEmu, FreshDeviceMemoryIsPoisoned) {
+  uint32_t* p = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), 3 * sizeof(uint32_t)), cudaSuccess);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(p[i], 0xffffffffu);
+  cudaFree(p);
 }
 
 void add_kernel(int* p, int v) {

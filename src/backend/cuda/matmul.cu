@@ -269,7 +269,9 @@ __device__ void gated_int_out(const Params& p, const float* y, int n0, int n_out
   __syncthreads();
   if (threadIdx.x == 0) {
     last = atomicAdd(p.out_counters + b, 1) == n_ctas - 1;
-    if (last) p.out_counters[b] = 0;  // all of them counted: ready for the next launch
+    // all of them counted: ready for the next launch (an atomic: a plain store
+    // would race with the others' counts, by the PTX memory model)
+    if (last) atomicExch(p.out_counters + b, 0);
   }
   __syncthreads();
   if (!last) return;
@@ -331,7 +333,7 @@ __device__ __forceinline__ void mm_epilogue(const Params& p, int j, int tile, in
     __syncthreads();
     if (threadIdx.x == 0) {
       last = atomicAdd(p.norm.counter, 1) == int(gridDim.x * gridDim.y) - 1;
-      if (last) *p.norm.counter = 0;  // every CTA has counted: ready for the next launch
+      if (last) atomicExch(p.norm.counter, 0);  // every CTA has counted (atomic: as above)
     }
     __syncthreads();
     if (!last) return;
