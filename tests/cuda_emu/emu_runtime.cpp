@@ -1,14 +1,19 @@
 // The emulator's CUDA runtime: the calls wick's CUDA backend and its tests
-// make, over host memory. Streams run their work at once, in the caller;
-// a captured stream records it, and a graph replays the records (with the
-// arguments as they were at capture, as a CUDA graph does). The device is
+// make, over host memory. A created stream keeps its work until something
+// waits for it (as a GPU far behind the host: a read the host makes before
+// it waits sees what was there before), the legacy default stream runs it at
+// once (WICK_EMU_ASYNC=0: every stream at once); a captured stream records
+// it, and a graph replays the records (with the arguments as they were at
+// capture, as a CUDA graph does). The device is
 // H100-shaped: 132 SMs, 227 KB of shared memory a CTA; WICK_EMU_GPU names
 // another GPU's shape (the CUDA guide's table of compute capabilities), and
 // WICK_EMU_SMS, WICK_EMU_SMEM_OPTIN, WICK_EMU_GPU_MB, WICK_EMU_REGS change
 // one figure of it.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,7 +26,10 @@
 
 struct CUstream_st {
   bool capturing = false;
-  std::vector<wick_emu::Body> ops;
+  std::vector<wick_emu::Body> ops;     // recorded while capturing
+  bool blocking = true;                // (not cudaStreamNonBlocking: waits for the default stream)
+  std::deque<wick_emu::Body> pending;  // work not yet run, in order
+  size_t n_enqueued = 0, n_done = 0;   // (an event waits for n_done to reach its count)
 };
 struct CUgraph_st {
   std::vector<wick_emu::Body> ops;
@@ -29,7 +37,10 @@ struct CUgraph_st {
 struct CUgraphExec_st {
   std::vector<wick_emu::Body> ops;
 };
-struct CUevent_st {};
+struct CUevent_st {
+  cudaStream_t st = nullptr;  // the stream of its last record, and the work before it
+  size_t n_before = 0;
+};
 
 namespace wick_emu {
 namespace {
@@ -72,7 +83,13 @@ struct Device {
   size_t used = 0;
   std::map<void*, size_t> allocs;
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncSetAttribute
+  std::map<void*, size_t> pinned;               // cudaMallocHost
   std::mutex mu;
+  // the streams with work kept (the work of all of them is run under
+  // streams_mu: cudaFree waits for every stream, from any host thread)
+  bool async = env_or("WICK_EMU_ASYNC", 1) != 0;
+  std::vector<cudaStream_t> streams;
+  std::recursive_mutex streams_mu;
 };
 // Never destroyed: a program's static objects (a CLI's model pool) free
 // their device buffers at exit, after a function-local static made during
@@ -90,12 +107,61 @@ cudaError_t set_error(cudaError_t e, const std::string& why) {
   return e;
 }
 
-// Runs now, or records while the stream is captured.
+// Runs st's kept work until n_done reaches `until` (an error a kernel found
+// is thrown here, where the host waits, and drops the rest).
+void run_until(cudaStream_t st, size_t until) {
+  std::lock_guard<std::recursive_mutex> lock(dev().streams_mu);
+  while (st->n_done < until && !st->pending.empty()) {
+    Body op = std::move(st->pending.front());
+    st->pending.pop_front();
+    ++st->n_done;
+    try {
+      op();
+    } catch (...) {
+      st->n_done += st->pending.size();
+      st->pending.clear();
+      throw;
+    }
+  }
+}
+void run_all(cudaStream_t st) {
+  run_until(st, st->n_enqueued);
+}
+// Every stream's kept work (cudaFree, cudaFreeHost: the device waits), or the
+// blocking streams' (the legacy default stream waits for them).
+void run_streams(bool blocking_only) {
+  Device& d = dev();
+  std::lock_guard<std::recursive_mutex> lock(d.streams_mu);
+  for (cudaStream_t st : d.streams)
+    if (!blocking_only || st->blocking) run_all(st);
+}
+
+// Records while the stream is captured, keeps it in a created stream, runs
+// it now in the default one (after the blocking streams' work).
 void enqueue(cudaStream_t st, Body op) {
-  if (st && st->capturing)
+  if (st && st->capturing) {
     st->ops.push_back(std::move(op));
-  else
+  } else if (st && dev().async) {
+    std::lock_guard<std::recursive_mutex> lock(dev().streams_mu);
+    st->pending.push_back(std::move(op));
+    ++st->n_enqueued;
+  } else {
+    run_streams(true);
     op();
+  }
+}
+
+enum class Mem { Device, Pinned, Pageable };
+Mem kind_of(const void* p) {
+  Device& d = dev();
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto in = [p](const std::map<void*, size_t>& m) {
+    auto it = m.upper_bound(const_cast<void*>(p));
+    if (it == m.begin()) return false;
+    --it;
+    return p < static_cast<const char*>(it->first) + it->second;
+  };
+  return in(d.allocs) ? Mem::Device : in(d.pinned) ? Mem::Pinned : Mem::Pageable;
 }
 
 }  // namespace
@@ -255,6 +321,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  wick_emu::run_streams(false);  // (the device finishes its work first)
   auto& d = dev();
   std::lock_guard<std::mutex> lock(d.mu);
   auto it = d.allocs.find(p);
@@ -267,10 +334,24 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  bytes = std::max<size_t>(bytes, 1);
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  auto& d = dev();
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.pinned[*p] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  wick_emu::run_streams(false);
+  auto& d = dev();
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (!d.pinned.erase(p))
+      return wick_emu::set_error(cudaErrorInvalidValue,
+                                 "cudaFreeHost of a pointer cudaMallocHost did not return");
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -281,11 +362,31 @@ cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
   *total_b = d.total;
   return cudaSuccess;
 }
+// As the runtime's API sync behaviour says: from pageable memory the source is
+// taken at the call; to pageable memory the call waits for the copy; pinned
+// memory is read and written when the copy runs (a pinned destination is
+// poisoned until then, so that a read before the host waits shows).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t st) {
+  using wick_emu::Mem;
+  const Mem from = wick_emu::kind_of(src), to = wick_emu::kind_of(dst);
+  if (to == Mem::Pageable && from != Mem::Pageable && st && !st->capturing) {
+    wick_emu::run_all(st);
+    std::memmove(dst, src, n);
+    return cudaSuccess;
+  }
+  if (from == Mem::Pageable && to != Mem::Pageable) {
+    auto copy = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + n);
+    wick_emu::enqueue(st, [=] { std::memcpy(dst, copy->data(), n); });
+    return cudaSuccess;
+  }
+  if (to == Mem::Pinned && st && !st->capturing && dev().async)
+    std::memset(dst, dev().global_poison, n);
   wick_emu::enqueue(st, [=] { std::memmove(dst, src, n); });
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
+  wick_emu::run_streams(true);  // (the legacy default stream's)
   std::memset(p, v, n);
   return cudaSuccess;
 }
@@ -330,19 +431,31 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, i
 }
 
 // ---- streams, events, graphs ----
-cudaError_t cudaStreamCreate(cudaStream_t* st) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* st, unsigned flags) {
   *st = new CUstream_st;
+  (*st)->blocking = !(flags & cudaStreamNonBlocking);
+  auto& d = dev();
+  std::lock_guard<std::recursive_mutex> lock(d.streams_mu);
+  d.streams.push_back(*st);
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* st, unsigned) {
-  return cudaStreamCreate(st);
+cudaError_t cudaStreamCreate(cudaStream_t* st) {
+  return cudaStreamCreateWithFlags(st, cudaStreamDefault);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t st) {
+  auto& d = dev();
+  std::lock_guard<std::recursive_mutex> lock(d.streams_mu);
+  wick_emu::run_all(st);  // (its work still runs, as on a GPU)
+  d.streams.erase(std::find(d.streams.begin(), d.streams.end(), st));
   delete st;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t st) {
   if (st && st->capturing) return cudaErrorStreamCaptureUnsupported;
+  if (st)
+    wick_emu::run_all(st);
+  else
+    wick_emu::run_streams(true);
   return cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode) {
@@ -386,10 +499,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
+  std::lock_guard<std::recursive_mutex> lock(dev().streams_mu);
+  if (st && st->capturing) return cudaSuccess;  // (a node of the graph: nothing to wait for here)
+  e->st = st;
+  e->n_before = st ? st->n_enqueued : 0;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  auto& d = dev();
+  std::lock_guard<std::recursive_mutex> lock(d.streams_mu);
+  if (std::find(d.streams.begin(), d.streams.end(), e->st) != d.streams.end())
+    wick_emu::run_until(e->st, e->n_before);  // (a destroyed stream ran all its work)
   return cudaSuccess;
 }
 

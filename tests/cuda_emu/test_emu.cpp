@@ -460,9 +460,45 @@ TEST(CudaEmu, LaunchChecksAndGraphsAsTheRuntime) {
   ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
   cudaGraphLaunch(e, st);
   cudaGraphLaunch(e, st);
+  EXPECT_EQ(x, 64);  // a created stream's work waits for the host to wait for it
+  cudaStreamSynchronize(st);
   EXPECT_EQ(x, 68);
   cudaGraphExecDestroy(e);
   cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+}
+
+// A created stream's work runs when the host waits for it (as if the GPU were
+// far behind): a copy reads pinned memory then, a pinned destination holds
+// poison until then, a copy to pageable memory waits, and an event waits for
+// the work before its record only. (Device memory is read directly here:
+// the emulator's is the host's.)
+TEST(CudaEmu, CreatedStreamsRunWhenTheHostWaits) {
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  int *dev_x = nullptr, *pinned = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev_x), sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 2 * sizeof(int)), cudaSuccess);
+  cudaEvent_t copied;
+  ASSERT_EQ(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), cudaSuccess);
+  pinned[0] = 1;
+  cudaMemcpyAsync(dev_x, pinned, sizeof(int), cudaMemcpyHostToDevice, st);
+  cudaEventRecord(copied, st);
+  wick_emu::launch(dim3(1), dim3(1), 0, st, add_kernel, dev_x, 10);
+  pinned[0] = 2;  // too soon: the copy has not read it
+  cudaEventSynchronize(copied);
+  EXPECT_EQ(dev_x[0], 2) << "the copy, and not the kernel after the event";
+  cudaMemcpyAsync(pinned + 1, dev_x, sizeof(int), cudaMemcpyDeviceToHost, st);
+  EXPECT_EQ(pinned[1], -1) << "poison until the host waits";
+  cudaStreamSynchronize(st);
+  EXPECT_EQ(pinned[1], 12);
+  int pageable = 0;
+  wick_emu::launch(dim3(1), dim3(1), 0, st, add_kernel, dev_x, 10);
+  cudaMemcpyAsync(&pageable, dev_x, sizeof(int), cudaMemcpyDeviceToHost, st);
+  EXPECT_EQ(pageable, 22) << "a copy to pageable memory returns when done";
+  cudaEventDestroy(copied);
+  cudaFreeHost(pinned);
+  cudaFree(dev_x);
   cudaStreamDestroy(st);
 }
 
