@@ -655,6 +655,8 @@ void imma(int (&d)[4], const uint32_t* a, int n_a, const uint32_t* b, int n_b, i
 }
 
 void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row_addr, bool trans) {
+  if (g_cur->lane < 16 && reinterpret_cast<uintptr_t>(row_addr) % 16 != 0)
+    fiber_fail("ldmatrix: a row's address not aligned to 16 bytes (the PTX ISA requires it)");
   Fiber& f = enter(Op::Ldsm, ~0u);
   f.addr = row_addr, f.flag = trans;
   if (f.lane < 16) race::read(row_addr, 16);  // (its row, read by the last lane in)
@@ -663,6 +665,10 @@ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row_addr, bool trans) {
 }
 
 void cp_async(void* smem, const void* gmem, int size, int bytes) {
+  if (reinterpret_cast<uintptr_t>(smem) % unsigned(size) != 0 ||
+      reinterpret_cast<uintptr_t>(gmem) % unsigned(size) != 0)
+    fiber_fail("cp.async of " + std::to_string(size) +
+               " bytes: an address not aligned to that size (the PTX ISA requires it)");
   g_cur->copies.push_back({smem, gmem, size, bytes});
 }
 void cp_async_commit() {

@@ -423,6 +423,29 @@ TEST(CudaEmu, RacesBetweenCtasAreReportedUnderTsan) {
 #endif
 }
 
+// A GPU faults on an access not aligned to its type, which x86 allows: the
+// emulated kernels check each one (UBSan), and cp.async and ldmatrix their
+// addresses.
+void misaligned_kernel(const unsigned char* p, uint4* out) {
+  out[0] = *reinterpret_cast<const uint4*>(p + 8);
+}
+void misaligned_copy_kernel(const unsigned char* p) {
+  wick_emu::cp_async(wick_emu::dynamic_smem(), p + 8, 16, 16);
+}
+
+TEST(CudaEmu, MisalignedAccessesAreReported) {
+  alignas(16) unsigned char buf[64] = {};
+  uint4 out[1];
+  EXPECT_DEATH(wick_emu::launch(dim3(1), dim3(1), 0, misaligned_kernel, buf, out),
+               "misaligned address");
+  try {
+    wick_emu::launch(dim3(1), dim3(1), 64, misaligned_copy_kernel, buf);
+    FAIL() << "no report";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not aligned"), std::string::npos) << e.what();
+  }
+}
+
 // Fresh device memory is poisoned as a GPU's holds old bytes (NaN floats):
 // a kernel that reads a buffer nothing wrote shows.
 TEST(CudaEmu, FreshDeviceMemoryIsPoisoned) {
