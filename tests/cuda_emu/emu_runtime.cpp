@@ -25,8 +25,8 @@
 #undef warpSize  // the device code's name; here cudaDeviceProp's field
 
 struct CUstream_st {
-  bool capturing = false;
-  std::vector<wick_emu::Body> ops;     // recorded while capturing
+  bool capturing = false, invalidated = false;  // (invalidated: by an unsafe call)
+  std::vector<wick_emu::Body> ops;              // recorded while capturing
   bool blocking = true;                // (not cudaStreamNonBlocking: waits for the default stream)
   std::deque<wick_emu::Body> pending;  // work not yet run, in order
   size_t n_enqueued = 0, n_done = 0;   // (an event waits for n_done to reach its count)
@@ -149,6 +149,19 @@ void enqueue(cudaStream_t st, Body op) {
     run_streams(true);
     op();
   }
+}
+
+// The streams this host thread captures in a mode other than relaxed: while
+// there are any, the calls that may make the device wait (cudaMalloc, cudaFree,
+// a synchronous memset, waiting for a stream or an event) fail and spoil the
+// captures, as the runtime's "potentially unsafe API calls" do.
+thread_local std::vector<cudaStream_t> g_strict_captures;
+bool unsafe_in_capture(const char* call) {
+  if (g_strict_captures.empty()) return false;
+  for (cudaStream_t st : g_strict_captures) st->invalidated = true;
+  set_error(cudaErrorStreamCaptureUnsupported,
+            std::string(call) + " while this thread captures a stream (the capture is spoilt)");
+  return true;
 }
 
 enum class Mem { Device, Pinned, Pageable };
@@ -298,6 +311,8 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device) {
 
 // ---- memory ----
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = nullptr;
+  if (wick_emu::unsafe_in_capture("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
   auto& d = dev();
   std::lock_guard<std::mutex> lock(d.mu);
   if (d.used + bytes > d.total) {
@@ -321,6 +336,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  if (wick_emu::unsafe_in_capture("cudaFree")) return cudaErrorStreamCaptureUnsupported;
   wick_emu::run_streams(false);  // (the device finishes its work first)
   auto& d = dev();
   std::lock_guard<std::mutex> lock(d.mu);
@@ -334,6 +350,8 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = nullptr;
+  if (wick_emu::unsafe_in_capture("cudaMallocHost")) return cudaErrorStreamCaptureUnsupported;
   bytes = std::max<size_t>(bytes, 1);
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*p) return cudaErrorMemoryAllocation;
@@ -344,6 +362,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
+  if (wick_emu::unsafe_in_capture("cudaFreeHost")) return cudaErrorStreamCaptureUnsupported;
   wick_emu::run_streams(false);
   auto& d = dev();
   {
@@ -386,6 +405,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
+  if (wick_emu::unsafe_in_capture("cudaMemset")) return cudaErrorStreamCaptureUnsupported;
   wick_emu::run_streams(true);  // (the legacy default stream's)
   std::memset(p, v, n);
   return cudaSuccess;
@@ -452,24 +472,30 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t st) {
   if (st && st->capturing) return cudaErrorStreamCaptureUnsupported;
+  if (wick_emu::unsafe_in_capture("cudaStreamSynchronize"))
+    return cudaErrorStreamCaptureUnsupported;
   if (st)
     wick_emu::run_all(st);
   else
     wick_emu::run_streams(true);
   return cudaSuccess;
 }
-cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode mode) {
   if (!st || st->capturing) return cudaErrorIllegalState;
   st->capturing = true;
+  st->invalidated = false;
   st->ops.clear();
+  if (mode != cudaStreamCaptureModeRelaxed) wick_emu::g_strict_captures.push_back(st);
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t* g) {
   if (!st || !st->capturing) return cudaErrorIllegalState;
+  auto& strict = wick_emu::g_strict_captures;
+  strict.erase(std::remove(strict.begin(), strict.end(), st), strict.end());
   st->capturing = false;
-  *g = new CUgraph_st{std::move(st->ops)};
+  *g = st->invalidated ? nullptr : new CUgraph_st{std::move(st->ops)};
   st->ops.clear();
-  return cudaSuccess;
+  return st->invalidated ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t st, cudaStreamCaptureStatus* s) {
   *s = st && st->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
@@ -507,6 +533,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (wick_emu::unsafe_in_capture("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
   auto& d = dev();
   std::lock_guard<std::recursive_mutex> lock(d.streams_mu);
   if (std::find(d.streams.begin(), d.streams.end(), e->st) != d.streams.end())

@@ -491,6 +491,30 @@ TEST(CudaEmu, LaunchChecksAndGraphsAsTheRuntime) {
   cudaStreamDestroy(st);
 }
 
+// As the runtime's "potentially unsafe API calls": in a thread capturing a
+// stream (not in relaxed mode), cudaMalloc or waiting for a stream fails and
+// spoils the capture.
+TEST(CudaEmu, UnsafeCallsDuringACaptureSpoilIt) {
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  void* p = nullptr;
+  for (auto mode : {cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed}) {
+    const bool relaxed = mode == cudaStreamCaptureModeRelaxed;
+    ASSERT_EQ(cudaStreamBeginCapture(st, mode), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&p, 64), relaxed ? cudaSuccess : cudaErrorStreamCaptureUnsupported);
+    cudaGetLastError();
+    cudaFree(p);
+    cudaGraph_t g = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(st, &g),
+              relaxed ? cudaSuccess : cudaErrorStreamCaptureInvalidated);
+    EXPECT_EQ(g != nullptr, relaxed);
+    if (g) cudaGraphDestroy(g);
+  }
+  EXPECT_EQ(cudaMalloc(&p, 64), cudaSuccess) << "after the capture";
+  cudaFree(p);
+  cudaStreamDestroy(st);
+}
+
 // A created stream's work runs when the host waits for it (as if the GPU were
 // far behind): a copy reads pinned memory then, a pinned destination holds
 // poison until then, a copy to pageable memory waits, and an event waits for
