@@ -128,7 +128,7 @@ int g_ctas_per_wave = [] {
 }();
 
 // How a wave of n_ctas CTAs of n_threads maps CUDA threads to identities:
-// thread i of the wave's CTA s is identity s * units + i / per_unit.
+// thread i of the wave's CTA s is identity s * per_cta + i / per_unit.
 struct Units {
   size_t per_cta, per_unit;
 };
