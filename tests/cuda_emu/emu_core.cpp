@@ -692,10 +692,13 @@ void set_up(CtaRun& c, const Body& body, uint3 bid, dim3 grid, dim3 block, size_
             size_t smem_limit, size_t first_stack, size_t identity0, race::Units u) {
   c.bid = bid, c.gdim = grid, c.bdim = block, c.body = &body;
   c.smem_bytes = smem_bytes, c.smem_limit = smem_limit;
-  c.smem_store.assign(smem_bytes + kRedZone + 128, poison());
-  c.smem = c.smem_store.data() + (-reinterpret_cast<uintptr_t>(c.smem_store.data()) & 127);
-  c.static_store.assign(kStaticSmem + 128, poison());
-  c.statics = c.static_store.data() + (-reinterpret_cast<uintptr_t>(c.static_store.data()) & 127);
+  // n poisoned bytes, 128-byte aligned, in `store`
+  auto fresh = [](std::vector<unsigned char>& store, size_t n) {
+    store.assign(n + 128, poison());
+    return store.data() + (-reinterpret_cast<uintptr_t>(store.data()) & 127);
+  };
+  c.smem = fresh(c.smem_store, smem_bytes + kRedZone);
+  c.statics = fresh(c.static_store, kStaticSmem);
   const size_t n = size_t(block.x) * block.y * block.z;
   c.fibers.resize(n);
   for (size_t i = 0; i < n; ++i) {
