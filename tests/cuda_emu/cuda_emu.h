@@ -49,6 +49,23 @@ A& cta_shared(Site) {
 void fence();
 void before_atomic(const void* p);
 int set_race_ctas(int n);
+// The race check: n bytes at p loaded through the read-only path (__ldg,
+// ld.global.nc), whose cache is not coherent with the launch's own writes.
+void nc_read(const void* p, size_t n);
+
+// What a kernel takes on an H100: registers a thread, static shared memory
+// and stack frame bytes, its __launch_bounds__ (0: none). The backend's come
+// from kernel_resources.py's table (nvcc and ptxas -v, built with the
+// emulator; WICK_EMU_RESOURCES names another, "none" for none), by the
+// emulated kernel's symbol; occupancy, cudaFuncGetAttributes and the launch's
+// check use them (others: WICK_EMU_REGS registers).
+struct KernelResources {
+  int regs = 0, static_smem = 0, stack = 0, max_threads = 0;
+};
+// A test's own kernel's (those the table cannot have).
+void set_kernel_resources(const void* kernel, const KernelResources& r);
+// The table's lines, and how many name a function of this program.
+std::pair<size_t, size_t> resource_table_lines();
 
 void syncthreads();
 void syncwarp(unsigned mask);
@@ -178,9 +195,16 @@ inline unsigned __ballot_sync(unsigned mask, int p) {
   return ::wick_emu::vote(mask, p != 0, 2);
 }
 
-// Loads through the read-only / L2 paths are plain loads here.
+// Loads through the read-only / L2 paths are plain loads here. The read-only
+// path's cache is not kept coherent with writes (the CUDA guide: the memory
+// must be read-only for the kernel's lifetime), so the race check makes an
+// __ldg a read ordered with the host only: a write of the same launch to the
+// same bytes, before or after it, in any thread, is a report.
 template <typename T>
 T __ldg(const T* p) {
+#ifdef WICK_EMU_TSAN
+  ::wick_emu::nc_read(p, sizeof(T));
+#endif
   return *p;
 }
 template <typename T>

@@ -74,6 +74,12 @@ void __tsan_set_fiber_name(void* fiber, const char* name);
 void __tsan_acquire(void* addr);
 void __tsan_release(void* addr);
 void __tsan_read_range(void* addr, unsigned long size);
+void __tsan_read_range_pc(void* addr, unsigned long size, void* pc);
+void __tsan_read1_pc(void* addr, void* pc);
+void __tsan_read2_pc(void* addr, void* pc);
+void __tsan_read4_pc(void* addr, void* pc);
+void __tsan_read8_pc(void* addr, void* pc);
+void __tsan_read16_pc(void* addr, void* pc);
 void __tsan_write_range(void* addr, unsigned long size);
 }
 constexpr bool kOn = true;
@@ -95,6 +101,23 @@ inline void read(const void* p, size_t n) {
 inline void write(void* p, size_t n) {
   __tsan_write_range(p, n);
 }
+inline void read_at(const void* p, size_t n, void* pc) {
+  void* const a = const_cast<void*>(p);
+  switch (n) {  // (a report of a range's read says 1 byte)
+    case 1:
+      return __tsan_read1_pc(a, pc);
+    case 2:
+      return __tsan_read2_pc(a, pc);
+    case 4:
+      return __tsan_read4_pc(a, pc);
+    case 8:
+      return __tsan_read8_pc(a, pc);
+    case 16:
+      return __tsan_read16_pc(a, pc);
+    default:
+      return __tsan_read_range_pc(a, n, pc);
+  }
+}
 // Identity k of a wave, made once a host thread and kept (a wave's start
 // orders it after all it did before).
 void* fiber(size_t k) {
@@ -106,6 +129,15 @@ void* fiber(size_t k) {
   }
   return pool[k];
 }
+// The read-only path's identity (nc_read), one a host thread.
+void* nc_fiber() {
+  thread_local void* f = [] {
+    void* n = __tsan_create_fiber(0);
+    __tsan_set_fiber_name(n, "cuda read-only path");
+    return n;
+  }();
+  return f;
+}
 #else
 constexpr bool kOn = false;
 inline void* current() {
@@ -116,10 +148,41 @@ inline void release(const void*) {}
 inline void acquire(const void*) {}
 inline void read(const void*, size_t) {}
 inline void write(void*, size_t) {}
+inline void read_at(const void*, size_t, void*) {}
 inline void* fiber(size_t) {
   return nullptr;
 }
+inline void* nc_fiber() {
+  return nullptr;
+}
 #endif
+
+// A grid's loads through the read-only path are its identity's, ordered after
+// what the host did before the launch and before what it does after, and with
+// nothing in the launch: each a report if a thread of the launch writes the
+// same bytes, before it or after.
+class NcOrder {
+ public:
+  NcOrder() {
+    release(&start_);
+    void* const host = current();
+    to(nc_fiber());
+    acquire(&start_);
+    to(host);
+  }
+  ~NcOrder() {  // (an error's too: the next launch's writes follow these reads)
+    void* const host = current();
+    to(nc_fiber());
+    release(&end_);
+    to(host);
+    acquire(&end_);
+  }
+  NcOrder(const NcOrder&) = delete;
+  NcOrder& operator=(const NcOrder&) = delete;
+
+ private:
+  char start_ = 0, end_ = 0;
+};
 
 // CTAs a wave (1 outside the race check).
 int g_ctas_per_wave = [] {
@@ -843,6 +906,15 @@ void before_atomic(const void* p) {
   c.atomics[c.n_atomics++] = p;
 }
 
+void nc_read(const void* p, size_t n) {
+  if (!race::kOn) return;
+  void* const pc = __builtin_return_address(0);  // (in the kernel: the report's frame)
+  void* const thread = race::current();
+  race::to(race::nc_fiber());
+  race::read_at(p, n, pc);
+  race::to(thread);
+}
+
 int set_race_ctas(int n) {
   const int was = race::g_ctas_per_wave;
   race::g_ctas_per_wave = std::max(1, n);
@@ -854,6 +926,7 @@ void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes, size_t
   const size_t n_threads = size_t(block.x) * block.y * block.z;
   size_t per_wave = race::kOn ? size_t(race::g_ctas_per_wave) : 1;
   per_wave = std::min({per_wave, race::kIdentities, kStacks / n_threads});
+  const race::NcOrder nc_order;
   for (size_t first = 0; first < n_ctas; first += per_wave)
     run_wave(body, first, std::min(per_wave, n_ctas - first), grid, block, smem_bytes, smem_limit);
 }

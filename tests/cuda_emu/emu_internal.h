@@ -10,4 +10,12 @@ namespace wick_emu {
 // or static and dynamic shared memory past the device's `smem_limit` bytes.
 void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes, size_t smem_limit);
 
+// What a kernel takes on an H100 (cuda_emu.h): set_kernel_resources's, else
+// the table's line for a backend kernel; null for others, and for all where
+// no table is used (WICK_EMU_RESOURCES=none).
+const KernelResources* kernel_resources(const void* kernel);
+// The most threads a CTA of the kernel can have: 1,024, its bound, and what
+// its registers allow (a warp's given 256 at a time, 64 K a CTA).
+int max_threads_of(const KernelResources& r);
+
 }  // namespace wick_emu

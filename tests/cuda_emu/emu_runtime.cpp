@@ -99,6 +99,15 @@ Device& dev() {
   return *d;
 }
 
+// A kernel's resources: the table's (an H100's) for the backend's kernels,
+// else WICK_EMU_REGS registers and nothing else known.
+KernelResources resources_of(const void* kernel) {
+  if (const KernelResources* r = kernel_resources(kernel)) return *r;
+  KernelResources r;
+  r.regs = dev().regs;
+  return r;
+}
+
 thread_local cudaError_t g_last = cudaSuccess;
 
 cudaError_t set_error(cudaError_t e, const std::string& why) {
@@ -203,6 +212,17 @@ void submit(cudaStream_t st, dim3 grid, dim3 block, size_t smem, const void* ker
                                          std::to_string(d.smem_optin));
     return;
   }
+  const KernelResources r = resources_of(kernel);
+  if (threads > (unsigned long long)max_threads_of(r)) {
+    set_error(cudaErrorLaunchOutOfResources,
+              "launch of " + std::to_string(threads) + " threads a CTA: the kernel takes " +
+                  std::to_string(r.regs) + " registers a thread" +
+                  (r.max_threads ? " and __launch_bounds__(" + std::to_string(r.max_threads) + ")"
+                                 : std::string()) +
+                  ", so at most " + std::to_string(max_threads_of(r)) +
+                  " (too many resources requested for launch)");
+    return;
+  }
   const size_t smem_limit = size_t(d.smem_optin);
   enqueue(st, [grid, block, smem, smem_limit, body = std::move(body)] {
     run_grid(body, grid, block, smem, smem_limit);
@@ -212,6 +232,9 @@ void submit(cudaStream_t st, dim3 grid, dim3 block, size_t smem, const void* ker
 }  // namespace wick_emu
 
 using wick_emu::dev;
+using wick_emu::KernelResources;
+using wick_emu::max_threads_of;
+using wick_emu::resources_of;
 
 extern "C" {
 
@@ -429,24 +452,30 @@ cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) {
   }
   return cudaSuccess;
 }
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* f) {
   *a = cudaFuncAttributes{};
-  const int regs = dev().regs;
-  a->numRegs = regs;
-  a->maxThreadsPerBlock = std::min(1024, 65536 / (regs * 32) * 32);
-  a->sharedSizeBytes = 0;  // the emulator does not know a kernel's static shared memory
+  const KernelResources r = resources_of(f);
+  a->numRegs = r.regs;
+  a->maxThreadsPerBlock = max_threads_of(r);
+  a->sharedSizeBytes = size_t(r.static_smem);
+  a->localSizeBytes = size_t(r.stack);
   a->maxDynamicSharedSizeBytes = 48 * 1024;
   a->ptxVersion = a->binaryVersion = 90;
   return cudaSuccess;
 }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int block_size,
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f, int block_size,
                                                           size_t smem) {
   auto& d = dev();
-  const int warps = (block_size + 31) / 32;
-  int by_warps = d.shape.max_threads_sm / 32 / std::max(1, warps);
-  int by_regs = 65536 / std::max(1, d.regs * warps * 32);
-  int by_smem = int((size_t(d.smem_optin) + 1024) / (smem + 1024));
-  *n = std::max(0, std::min({d.shape.max_ctas_sm, by_warps, by_regs, by_smem}));
+  const KernelResources r = resources_of(f);
+  const int warps = std::max(1, (block_size + 31) / 32);
+  const int warp_regs = (std::max(1, r.regs) * 32 + 255) / 256 * 256;
+  const int by_warps = d.shape.max_threads_sm / 32 / warps;
+  const int by_regs = 65536 / warp_regs / warps;
+  // each CTA also holds its static shared memory and 1 KB the system keeps
+  const int by_smem = int((size_t(d.smem_optin) + 1024) / (smem + size_t(r.static_smem) + 1024));
+  *n = block_size > max_threads_of(r)
+           ? 0
+           : std::max(0, std::min({d.shape.max_ctas_sm, by_warps, by_regs, by_smem}));
   return cudaSuccess;
 }
 

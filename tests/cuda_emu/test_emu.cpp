@@ -423,6 +423,57 @@ TEST(CudaEmu, RacesBetweenCtasAreReportedUnderTsan) {
 #endif
 }
 
+// Loads through the read-only path (__ldg) of a word the same launch writes:
+// thread 0 of CTA 0 writes word kCase before a barrier and the loads (0) or
+// after them (1); 2's word an earlier launch wrote; in 3 (4: a plain load)
+// CTA 1 loads what CTA 0 wrote, CTAs one after another.
+template <int kCase>
+[[maybe_unused]] void nc_kernel(int* words, int* out) {
+  const int t = int(threadIdx.x), b = int(blockIdx.x);
+  int* w = words + kCase;
+  const bool writer = b == 0 && t == 0;
+  if ((kCase == 0 || kCase >= 3) && writer) *w = 5;
+  __syncthreads();
+  if (kCase < 3 || b == 1) out[b * 32 + t] = kCase == 4 ? *w : __ldg(w);
+  __syncthreads();
+  if (kCase == 1 && writer) *w = 6;
+}
+[[maybe_unused]] void set_kernel(int* w) {
+  *w = 7;
+}
+
+// make test-emu-race's binary: the read-only path's cache is not coherent
+// with the launch's writes, so memory loaded through it must be read-only for
+// the launch (the CUDA guide, __ldg); a barrier does not order them, nor
+// does one CTA's end the next one's start.
+TEST(CudaEmu, ReadOnlyLoadsOfMemoryTheLaunchWritesAreReportedUnderTsan) {
+#ifndef WICK_EMU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer is on in wick_gpu_emu_tsan_tests (make test-emu-race) only";
+#else
+  std::vector<int> words(5, 0), out(64, -1);
+  const int was = wick_emu::set_race_ctas(1);
+  auto n_races = [&](void (*kernel)(int*, int*)) {
+    g_n_races = 0;
+    wick_emu::launch(dim3(2), dim3(32), 0, kernel, words.data(), out.data());
+    const int n = g_n_races;
+    g_n_races = -1;
+    return n;
+  };
+  EXPECT_GE(n_races(nc_kernel<0>), 1) << "written before a barrier";
+  EXPECT_EQ(out[33], 5);
+  EXPECT_GE(n_races(nc_kernel<1>), 1) << "written after a barrier";
+  EXPECT_EQ(out[1], 0);  // (CTA 1 runs after CTA 0's write here)
+  wick_emu::launch(dim3(1), dim3(1), 0, set_kernel, words.data() + 2);
+  EXPECT_EQ(n_races(nc_kernel<2>), 0) << "written by an earlier launch";
+  EXPECT_EQ(out[33], 7);
+  EXPECT_GE(n_races(nc_kernel<3>), 1) << "written by an earlier CTA";
+  EXPECT_EQ(out[33], 5);
+  EXPECT_EQ(n_races(nc_kernel<4>), 0) << "written by an earlier CTA, a plain load";
+  EXPECT_EQ(out[33], 5);
+  wick_emu::set_race_ctas(was);
+#endif
+}
+
 // A GPU faults on an access not aligned to its type, which x86 allows: the
 // emulated kernels check each one (UBSan), and cp.async and ldmatrix their
 // addresses.
@@ -457,6 +508,62 @@ TEST(CudaEmu, FreshDeviceMemoryIsPoisoned) {
 
 void add_kernel(int* p, int v) {
   atomicAdd(p, v);
+}
+
+void wide_kernel(int* out) {
+  out[threadIdx.x] = int(threadIdx.x);
+}
+void bounded_kernel(int* out) {
+  out[threadIdx.x] = 1;
+}
+
+// A GPU refuses a launch whose CTA needs more registers than an SM has or
+// more threads than the kernel's __launch_bounds__; its occupancy counts
+// registers a warp, 256 at a time, and each CTA's static shared memory.
+TEST(CudaEmu, LaunchesPastAKernelsRegistersOrBoundsFail) {
+  const void* wide = reinterpret_cast<const void*>(&wide_kernel);
+  const void* bounded = reinterpret_cast<const void*>(&bounded_kernel);
+  wick_emu::set_kernel_resources(wide, {255, 1024, 0, 0});
+  wick_emu::set_kernel_resources(bounded, {40, 0, 16, 128});
+  cudaFuncAttributes a{};
+  ASSERT_EQ(cudaFuncGetAttributes(&a, wide), cudaSuccess);
+  EXPECT_EQ(a.numRegs, 255);
+  EXPECT_EQ(a.maxThreadsPerBlock, 256);  // 8 warps of 8,192 registers
+  EXPECT_EQ(a.sharedSizeBytes, 1024u);
+  ASSERT_EQ(cudaFuncGetAttributes(&a, bounded), cudaSuccess);
+  EXPECT_EQ(a.maxThreadsPerBlock, 128);
+  EXPECT_EQ(a.localSizeBytes, 16u);
+  int n = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wide, 256, 0);
+  EXPECT_EQ(n, 1);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, bounded, 128, 0);
+  EXPECT_EQ(n, 12);  // 51 warps of 1,280 registers, 4 a CTA
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, bounded, 256, 0);
+  EXPECT_EQ(n, 0);
+
+  std::vector<int> out(512, -1);
+  cudaGetLastError();
+  wick_emu::launch(dim3(1), dim3(512), 0, wide_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+  EXPECT_EQ(out[0], -1);
+  wick_emu::launch(dim3(1), dim3(256), 0, wide_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out[255], 255);
+  wick_emu::launch(dim3(1), dim3(256), 0, bounded_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+  EXPECT_EQ(out[0], 0);
+  wick_emu::launch(dim3(1), dim3(128), 0, bounded_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out[0], 1);
+}
+
+// Every line of the table of the backend's kernels (kernel_resources.py)
+// names a kernel of this program: nvcc's names and g++'s agree.
+TEST(CudaEmu, BackendKernelsTakeTheirH100Resources) {
+  const auto [n_lines, n_matched] = wick_emu::resource_table_lines();
+  if (n_lines == 0) GTEST_SKIP() << "no kernel resources table (WICK_EMU_RESOURCES=none)";
+  EXPECT_GT(n_lines, 100u);
+  EXPECT_EQ(n_matched, n_lines);
 }
 
 TEST(CudaEmu, LaunchChecksAndGraphsAsTheRuntime) {

@@ -26,7 +26,7 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
 // A 16-byte load that bypasses L1 (weights are streamed once per step).
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
 #ifdef WICK_CUDA_EMU
-  return *static_cast<const uint4*>(p);
+  return __ldg(static_cast<const uint4*>(p));  // (the read-only path, as below)
 #else
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
