@@ -199,20 +199,22 @@ void submit(cudaStream_t st, dim3 grid, dim3 block, size_t smem, const void* ker
                   std::to_string(block.y) + ", " + std::to_string(block.z) + ")");
     return;
   }
-  int allowed = 48 * 1024;
+  const KernelResources r = resources_of(kernel);
+  // without an opt-in a CTA has 48 KB, static and dynamic together
+  int allowed = 48 * 1024 - r.static_smem;
   {
     std::lock_guard<std::mutex> lock(d.mu);
     auto it = d.max_dynamic_smem.find(kernel);
     if (it != d.max_dynamic_smem.end()) allowed = std::max(allowed, it->second);
   }
-  if (smem > size_t(allowed) || smem > size_t(d.smem_optin)) {
+  if (smem > size_t(std::max(0, allowed)) || smem + size_t(r.static_smem) > size_t(d.smem_optin)) {
     set_error(cudaErrorInvalidValue, "launch with " + std::to_string(smem) +
                                          " bytes of dynamic shared memory; the kernel allows " +
-                                         std::to_string(allowed) + ", the device " +
+                                         std::to_string(allowed) + " (it has " +
+                                         std::to_string(r.static_smem) + " static), the device " +
                                          std::to_string(d.smem_optin));
     return;
   }
-  const KernelResources r = resources_of(kernel);
   if (threads > (unsigned long long)max_threads_of(r)) {
     set_error(cudaErrorLaunchOutOfResources,
               "launch of " + std::to_string(threads) + " threads a CTA: the kernel takes " +
@@ -442,10 +444,12 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st) {
 cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) {
   if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     auto& d = dev();
-    if (v > d.smem_optin)
+    const int n_static = resources_of(f).static_smem;  // (the runtime counts both)
+    if (v + n_static > d.smem_optin)
       return wick_emu::set_error(cudaErrorInvalidValue,
                                  "cudaFuncSetAttribute: " + std::to_string(v) +
-                                     " bytes of dynamic shared memory, over the device's " +
+                                     " bytes of dynamic shared memory and " +
+                                     std::to_string(n_static) + " static, over the device's " +
                                      std::to_string(d.smem_optin));
     std::lock_guard<std::mutex> lock(d.mu);
     d.max_dynamic_smem[f] = v;

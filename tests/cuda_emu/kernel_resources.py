@@ -15,6 +15,7 @@ names the same line.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,7 +79,9 @@ def ptxas_info(text: str) -> dict:
 
 
 def one(nvcc: str, include: str, out: str, cu: str) -> None:
-    ptxas = os.path.join(os.path.dirname(nvcc), "ptxas")
+    ptxas = os.path.join(os.path.dirname(os.path.realpath(nvcc)), "ptxas")
+    if not os.path.exists(ptxas):
+        ptxas = shutil.which("ptxas") or ptxas
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "k.ptx")
         # the flags of the release build (src/CMakeLists.txt, wick_cuda)

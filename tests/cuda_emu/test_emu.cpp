@@ -555,6 +555,21 @@ TEST(CudaEmu, LaunchesPastAKernelsRegistersOrBoundsFail) {
   wick_emu::launch(dim3(1), dim3(128), 0, bounded_kernel, out.data());
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(out[0], 1);
+  // static shared memory counts with the dynamic: 48 KB without an opt-in,
+  // the device's opt-in with one
+  wick_emu::launch(dim3(1), dim3(32), 48 * 1024, wide_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  wick_emu::launch(dim3(1), dim3(32), 47 * 1024, wide_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  int optin = 0;
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+  EXPECT_EQ(cudaFuncSetAttribute(wide, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 512),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+  EXPECT_EQ(cudaFuncSetAttribute(wide, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 1024),
+            cudaSuccess);
+  wick_emu::launch(dim3(1), dim3(32), size_t(optin - 1024), wide_kernel, out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 // Every line of the table of the backend's kernels (kernel_resources.py)
