@@ -497,6 +497,38 @@ TEST(CudaEmu, MisalignedAccessesAreReported) {
   }
 }
 
+// What C++ leaves undefined and a GPU does otherwise than x86 stops the
+// emulated kernel (UBSan, fatal): a shift by the width (PTX clamps to 0,
+// x86 masks the count), a float past int's range (a GPU saturates, x86 gives
+// INT_MIN), an index past a local array (a GPU reads another register).
+void shift_kernel(const unsigned* in, unsigned* out) {
+  out[0] = in[0] >> in[1];
+}
+void cast_kernel(const float* in, int* out) {
+  out[0] = int(in[0]);
+}
+void index_kernel(const int* in, int* out) {
+  int regs[4] = {1, 2, 3, 4};
+  out[0] = regs[in[0]];
+}
+
+TEST(CudaEmu, UndefinedBehaviourAGpuDoesOtherwiseIsReported) {
+  const unsigned shifts[2] = {0x80000000u, 32};
+  unsigned shifted = 0;
+  EXPECT_DEATH(wick_emu::launch(dim3(1), dim3(1), 0, shift_kernel, shifts, &shifted),
+               "shift exponent 32");
+  const float big = 3e9f;
+  int cast = 0;
+  EXPECT_DEATH(wick_emu::launch(dim3(1), dim3(1), 0, cast_kernel, &big, &cast),
+               "outside the range");
+  const int at = 4;
+  int read = 0;
+  EXPECT_DEATH(wick_emu::launch(dim3(1), dim3(1), 0, index_kernel, &at, &read), "out of bounds");
+  const int in_range = 3;  // (and no report where all is defined)
+  wick_emu::launch(dim3(1), dim3(1), 0, index_kernel, &in_range, &read);
+  EXPECT_EQ(read, 4);
+}
+
 // Fresh device memory is poisoned as a GPU's holds old bytes (NaN floats):
 // a kernel that reads a buffer nothing wrote shows.
 TEST(CudaEmu, FreshDeviceMemoryIsPoisoned) {
