@@ -49,6 +49,9 @@ A& cta_shared(Site) {
 void fence();
 void before_atomic(const void* p);
 int set_race_ctas(int n);
+// Shuffled schedules' seed (WICK_EMU_SHUFFLE; 0: CTAs and threads in index
+// order); returns the one it replaces.
+uint64_t set_shuffle(uint64_t seed);
 // The race check: n bytes at p loaded through the read-only path (__ldg,
 // ld.global.nc), whose cache is not coherent with the launch's own writes.
 void nc_read(const void* p, size_t n);

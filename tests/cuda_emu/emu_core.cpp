@@ -339,13 +339,32 @@ thread_local Stacks g_stacks;
   throw std::runtime_error("cuda emulator: " + what);
 }
 
+// Shuffled schedules (WICK_EMU_SHUFFLE=seed, 0 off): a GPU runs a grid's
+// CTAs, and a CTA's warps between barriers, in no fixed order, so what a
+// kernel computes must not depend on it (atomics' order, which CTA is last).
+// With a seed, CTAs run in a random order and the thread to run after one
+// that parks is a random runnable one, the same for the same seed.
+uint64_t g_shuffle = [] {
+  const char* v = std::getenv("WICK_EMU_SHUFFLE");
+  return v && *v ? std::strtoull(v, nullptr, 0) : 0ull;
+}();
+thread_local uint64_t g_shuffle_state = g_shuffle * 0x2545f4914f6cdd1dull;
+inline size_t shuffled(size_t n) {  // a number below n (splitmix64's steps)
+  uint64_t z = (g_shuffle_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return size_t((z ^ (z >> 31)) % n);
+}
+
 // The thread to run after f: the next runnable one in index order round the
-// CTA (f itself when it is the only one); null when none can run or a thread
-// found an error, and the scheduler must decide.
+// CTA (from a random one when shuffled; f itself when it is the only one);
+// null when none can run or a thread found an error, and the scheduler must
+// decide.
 inline Fiber* next_after(CtaRun& c, Fiber* f) {
   if (!c.error.empty()) return nullptr;
   Fiber* const first = c.fibers.data();
-  const size_t n = c.fibers.size(), i = size_t(f - first);
+  const size_t n = c.fibers.size();
+  const size_t i = g_shuffle ? shuffled(n) : size_t(f - first);
   for (size_t k = 1; k <= n; ++k) {
     const size_t j = i + k < n ? i + k : i + k - n;
     if (first[j].st == St::Run) return &first[j];
@@ -781,11 +800,11 @@ void set_up(CtaRun& c, const Body& body, uint3 bid, dim3 grid, dim3 block, size_
 void run_cta(CtaRun& c) {
   for (;;) {
     Fiber* first = nullptr;
-    for (Fiber& f : c.fibers)
-      if (f.st == St::Run) {
-        first = &f;
-        break;
-      }
+    const size_t n = c.fibers.size(), from = g_shuffle ? shuffled(n) : 0;
+    for (size_t k = 0; k < n && !first; ++k) {
+      Fiber& f = c.fibers[from + k < n ? from + k : from + k - n];
+      if (f.st == St::Run) first = &f;
+    }
     if (first) {
       g_cur = first;
       race::to(first->race_fiber);
@@ -840,6 +859,8 @@ void run_wave(const Body& body, size_t first, size_t n_ctas, dim3 grid, dim3 blo
     }
   } restore{g_cta, g_cur, n_ctas * n};
   race::release(&wave.start);  // (the CTAs' set-up, their shared memory's poison)
+  if (g_shuffle)               // (a wave's CTAs in a random order)
+    for (size_t i = n_ctas; i > 1; --i) std::swap(ctas[i - 1], ctas[shuffled(i)]);
   for (auto& c : ctas) {
     g_cta = c.get();
     run_cta(*c);
@@ -927,8 +948,22 @@ void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes, size_t
   size_t per_wave = race::kOn ? size_t(race::g_ctas_per_wave) : 1;
   per_wave = std::min({per_wave, race::kIdentities, kStacks / n_threads});
   const race::NcOrder nc_order;
+  if (g_shuffle && per_wave == 1) {  // the CTAs in a random order
+    std::vector<size_t> order(n_ctas);
+    for (size_t i = 0; i < n_ctas; ++i) order[i] = i;
+    for (size_t i = n_ctas; i > 1; --i) std::swap(order[i - 1], order[shuffled(i)]);
+    for (size_t i : order) run_wave(body, i, 1, grid, block, smem_bytes, smem_limit);
+    return;
+  }
   for (size_t first = 0; first < n_ctas; first += per_wave)
     run_wave(body, first, std::min(per_wave, n_ctas - first), grid, block, smem_bytes, smem_limit);
+}
+
+uint64_t set_shuffle(uint64_t seed) {
+  const uint64_t was = g_shuffle;
+  g_shuffle = seed;
+  g_shuffle_state = seed * 0x2545f4914f6cdd1dull;
+  return was;
 }
 
 }  // namespace wick_emu

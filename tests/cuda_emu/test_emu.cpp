@@ -2,6 +2,7 @@
 // instructions do, and its reports of what would hang or corrupt a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <random>
@@ -495,6 +496,49 @@ TEST(CudaEmu, MisalignedAccessesAreReported) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("not aligned"), std::string::npos) << e.what();
   }
+}
+
+// Each thread, then each CTA's thread 0, takes the next slot of a count.
+void arrival_kernel(int* count, int* by_slot, int* ctas_by_slot) {
+  const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
+  by_slot[atomicAdd(count, 1)] = t;
+  __syncthreads();
+  if (threadIdx.x == 0) ctas_by_slot[atomicAdd(count + 1, 1)] = int(blockIdx.x);
+}
+
+// A GPU runs CTAs, and warps between barriers, in no fixed order: shuffled
+// schedules (WICK_EMU_SHUFFLE) run them in a seeded random one, which the
+// same seed repeats; unshuffled, index order.
+TEST(CudaEmu, ShuffledSchedulesRunCtasAndThreadsInAnotherOrder) {
+  constexpr int kCtas = 8, kThreads = 64;
+  auto run = [](uint64_t seed) {
+    const uint64_t was = wick_emu::set_shuffle(seed);
+    std::vector<int> count(2, 0), by_slot(kCtas * kThreads), ctas(kCtas);
+    wick_emu::launch(dim3(kCtas), dim3(kThreads), 0, arrival_kernel, count.data(), by_slot.data(),
+                     ctas.data());
+    wick_emu::set_shuffle(was);
+    by_slot.insert(by_slot.end(), ctas.begin(), ctas.end());
+    return by_slot;
+  };
+  std::vector<int> in_order(kCtas * kThreads + kCtas);
+  for (int i = 0; i < kCtas * kThreads; ++i) in_order[size_t(i)] = i;
+  for (int b = 0; b < kCtas; ++b) in_order[size_t(kCtas * kThreads + b)] = b;
+  EXPECT_EQ(run(0), in_order);
+  const std::vector<int> a = run(1), b = run(2);
+  EXPECT_NE(a, in_order);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(run(1), a);
+  for (const auto& order : {a, b}) {  // every thread and CTA once
+    std::vector<int> threads(order.begin(), order.begin() + kCtas * kThreads);
+    std::vector<int> ctas(order.begin() + kCtas * kThreads, order.end());
+    std::sort(threads.begin(), threads.end());
+    std::sort(ctas.begin(), ctas.end());
+    EXPECT_EQ(threads, std::vector<int>(in_order.begin(), in_order.begin() + kCtas * kThreads));
+    EXPECT_EQ(ctas, std::vector<int>(in_order.begin() + kCtas * kThreads, in_order.end()));
+  }
+  // the CTAs' own order: not index order
+  EXPECT_NE(std::vector<int>(a.begin() + kCtas * kThreads, a.end()),
+            std::vector<int>(in_order.begin() + kCtas * kThreads, in_order.end()));
 }
 
 // What C++ leaves undefined and a GPU does otherwise than x86 stops the
