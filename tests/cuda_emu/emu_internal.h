@@ -14,8 +14,10 @@ void run_grid(const Body& body, dim3 grid, dim3 block, size_t smem_bytes, size_t
 // the table's line for a backend kernel; null for others, and for all where
 // no table is used (WICK_EMU_RESOURCES=none).
 const KernelResources* kernel_resources(const void* kernel);
-// The most threads a CTA of the kernel can have: 1,024, its bound, and what
-// its registers allow (a warp's given 256 at a time, 64 K a CTA).
+// The registers a warp of the kernel is given (256 at a time), and the most
+// threads a CTA of it can have: 1,024, its bound, and what its registers
+// allow (64 K a CTA).
+int warp_registers(const KernelResources& r);
 int max_threads_of(const KernelResources& r);
 
 }  // namespace wick_emu

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -149,10 +150,12 @@ const KernelResources* kernel_resources(const void* kernel) {
   return &r->second;
 }
 
+int warp_registers(const KernelResources& r) {
+  return (std::max(1, r.regs) * 32 + 255) / 256 * 256;
+}
+
 int max_threads_of(const KernelResources& r) {
-  // registers are given a warp at a time, 256 at a time; 64 K an SM and a CTA
-  const int warp_regs = (std::max(1, r.regs) * 32 + 255) / 256 * 256;
-  int n = std::min(1024, 65536 / warp_regs * 32);
+  int n = std::min(1024, 65536 / warp_registers(r) * 32);  // (64 K an SM and a CTA)
   if (r.max_threads > 0) n = std::min(n, r.max_threads);
   return n;
 }

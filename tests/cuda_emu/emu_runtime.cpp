@@ -237,6 +237,7 @@ using wick_emu::dev;
 using wick_emu::KernelResources;
 using wick_emu::max_threads_of;
 using wick_emu::resources_of;
+using wick_emu::warp_registers;
 
 extern "C" {
 
@@ -472,9 +473,8 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f,
   auto& d = dev();
   const KernelResources r = resources_of(f);
   const int warps = std::max(1, (block_size + 31) / 32);
-  const int warp_regs = (std::max(1, r.regs) * 32 + 255) / 256 * 256;
   const int by_warps = d.shape.max_threads_sm / 32 / warps;
-  const int by_regs = 65536 / warp_regs / warps;
+  const int by_regs = 65536 / warp_registers(r) / warps;
   // each CTA also holds its static shared memory and 1 KB the system keeps
   const int by_smem = int((size_t(d.smem_optin) + 1024) / (smem + size_t(r.static_smem) + 1024));
   *n = block_size > max_threads_of(r)
