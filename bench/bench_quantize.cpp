@@ -1,6 +1,6 @@
 // Micro-benchmarks of the searching quantizers (K-quants, IQ4), per kernel set
 // on this CPU: rows of 4096 normal values (sd 0.02, as weights), one thread.
-// Items are elements quantized.
+// Items are elements quantized. And FP8 checkpoints' dequantization at load.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -9,6 +9,7 @@
 
 #include "io/dtype.h"
 #include "io/quantize_kernels.h"
+#include "model/fp8.h"
 
 namespace {
 
@@ -49,5 +50,32 @@ const bool kRegistered = [] {
             t.type, t.writer, k);
   return true;
 }();
+
+}  // namespace
+
+// FP8 checkpoints' load-time dequantization (model/fp8.h): a 4096 x 4096
+// e4m3 matrix with a scale per 128 x 128 block into bf16, on the threads
+// WICK_THREADS gives. Items are weights.
+
+namespace {
+
+void BM_Fp8Dequant(benchmark::State& state) {
+  constexpr int64_t n = 4096, block = 128;
+  std::mt19937 rng(7);
+  std::vector<uint8_t> codes(size_t(n * n));
+  for (auto& c : codes) c = uint8_t(rng() % 0x7f) | uint8_t(rng() & 0x80);  // no 0x7f: NaN
+  std::vector<float> scales(size_t((n / block) * (n / block)), 1e-3f);
+  wick::TensorView w{"w", wick::DType::F8_E4M3, {n, n}, codes.data(), codes.size(), "bench"};
+  wick::TensorView s{"w_scale_inv", wick::DType::F32,  {n / block, n / block},
+                     scales.data(), scales.size() * 4, "bench"};
+  wick::Fp8Scheme scheme{"fp8", block, block};
+  std::vector<uint16_t> out(size_t(n * n));
+  for (auto _ : state) {
+    wick::dequantize_fp8(w, s, scheme, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n * n);
+}
+BENCHMARK(BM_Fp8Dequant)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -520,7 +520,8 @@ void register_convert(CLI::App& app) {
       "Convert a HF folder to a GGUF file (llama.cpp naming), or a GGUF file to another type");
   static std::string src, dst, type = "f16";
   cmd->add_option("SRC", src,
-                  "HF folder (config.json + safetensors), or a .gguf file (its matrices "
+                  "HF folder (config.json + safetensors: f32, f16, bf16, or FP8 with its scales), "
+                  "or a .gguf file (its matrices "
                   "dequantized and written as --type; metadata and tokenizer kept)")
       ->required();
   cmd->add_option("OUT", dst, "output .gguf path (written whole or not at all)")->required();

@@ -40,7 +40,8 @@ void register_quantize(CLI::App& app) {
   static std::string src, dst, type;
   static LoraFlags lora;
   cmd->add_option("IN", src,
-                  "HF folder (config.json + safetensors) or .gguf file (dequantized first), or a "
+                  "HF folder (config.json + safetensors; FP8 ones dequantized first) or .gguf file "
+                  "(dequantized first), or a "
                   "name in the model store")
       ->required();
   cmd->add_option("OUT", dst, "output .gguf path (written to a temporary file, then renamed)")

@@ -88,6 +88,9 @@ std::optional<DTypeTraits> dtype_traits(uint32_t t) {
 }
 
 const DTypeTraits& traits(DType t) {
+  static const DTypeTraits e4m3{"f8_e4m3", 1, 1, false}, e5m2{"f8_e5m2", 1, 1, false};
+  if (t == DType::F8_E4M3) return e4m3;
+  if (t == DType::F8_E5M2) return e5m2;
   static const DTypeTraits table[] = {
       lookup(0),  lookup(1),  lookup(2),  lookup(3),  lookup(4),  lookup(5),  lookup(6),
       lookup(7),  lookup(8),  lookup(9),  lookup(10), lookup(11), lookup(12), lookup(13),

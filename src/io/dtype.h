@@ -1,5 +1,7 @@
 // Element types of stored tensors. Values are GGML's type ids so that GGUF
-// tensor infos map directly; safetensors dtypes map onto the float ones.
+// tensor infos map directly; safetensors dtypes map onto the float ones. The
+// FP8 types are wick's own ids, outside GGML's range: safetensors only, and
+// not computed with (model/fp8.h dequantizes them with their scales at load).
 #pragma once
 
 #include <cstddef>
@@ -28,18 +30,23 @@ enum class DType : uint32_t {
   IQ4_NL = 20,
   IQ4_XS = 23,
   BF16 = 30,
+  F8_E4M3 = 0x1000,
+  F8_E5M2 = 0x1001,
 };
 
 struct DTypeTraits {
   const char* name;
   int64_t block_size;  // elements per block (1 for plain floats)
   size_t block_bytes;  // bytes per block
-  bool supported;      // wick can dequantize it
+  bool supported;      // wick computes with it (kernels, dequantize_row_ref)
 };
 
 // Traits of a GGML type id; nullopt for ids wick does not know at all.
 std::optional<DTypeTraits> dtype_traits(uint32_t ggml_type);
 const DTypeTraits& traits(DType t);  // t must be a known type
+inline bool is_fp8(DType t) {
+  return t == DType::F8_E4M3 || t == DType::F8_E5M2;
+}
 std::string dtype_name(uint32_t ggml_type);
 inline const char* dtype_name(DType t) {
   return traits(t).name;

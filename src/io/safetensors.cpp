@@ -39,6 +39,8 @@ std::optional<DType> st_dtype(const std::string& s) {
   if (s == "F32") return DType::F32;
   if (s == "F16") return DType::F16;
   if (s == "BF16") return DType::BF16;
+  if (s == "F8_E4M3") return DType::F8_E4M3;
+  if (s == "F8_E5M2") return DType::F8_E5M2;
   return std::nullopt;
 }
 
@@ -74,8 +76,10 @@ void read_safetensors(const std::string& path, TensorSet& out) {
       std::string dt_name = info.at("dtype").get<std::string>();
       auto dt = st_dtype(dt_name);
       if (!dt)
-        throw_io("{}: tensor '{}': dtype {} is not supported (expected F32, F16 or BF16)", path,
-                 name, dt_name);
+        throw_io(
+            "{}: tensor '{}': dtype {} is not supported (expected F32, F16, BF16, F8_E4M3 or "
+            "F8_E5M2)",
+            path, name, dt_name);
       // Integers only: a number past 64 bits is parsed as a double, and
       // converting it would be undefined behaviour.
       for (const char* key : {"shape", "data_offsets"})

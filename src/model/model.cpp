@@ -7,6 +7,7 @@
 #include <set>
 
 #include "io/error.h"
+#include "model/fp8.h"
 #include "model/shaped.h"
 
 namespace wick {
@@ -19,7 +20,8 @@ namespace {
 // file, the tensor and what was expected.
 class Loader {
  public:
-  Loader(Model& m, const TensorSet& set) : m_(m), set_(set) {}
+  Loader(Model& m, const TensorSet& set, Fp8Scheme fp8 = {})
+      : m_(m), set_(set), fp8_(std::move(fp8)) {}
 
   const TensorView* find(const std::string& name) const { return set_.find(name); }
 
@@ -28,10 +30,11 @@ class Loader {
     if (!t)
       throw_model("{}: tensor '{}' is missing (expected shape {})", m_.path, name,
                   shape_str(shape));
-    if (!traits(t->dtype).supported)
+    if (!traits(t->dtype).supported && !is_fp8(t->dtype))
       throw_model(
           "{}: tensor '{}' has type {}, which wick does not support (supported: f32, f16, "
-          "bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs)",
+          "bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs; "
+          "f8_e4m3 and f8_e5m2 for matrices with a scale)",
           t->file, name, dtype_name(t->dtype));
     if (t->shape != shape)
       throw_model("{}: tensor '{}' has shape {}, expected {}", t->file, name, shape_str(t->shape),
@@ -42,7 +45,20 @@ class Loader {
 
   Weight matrix(const std::string& name, int64_t n_out, int64_t n_in) {
     const TensorView& t = require(name, {n_out, n_in});
+    if (is_fp8(t.dtype)) return fp8_matrix(t);
     return Weight{t.dtype, n_out, n_in, t.data};
+  }
+
+  // An FP8 matrix times its scale, as bf16 (model/fp8.h).
+  Weight fp8_matrix(const TensorView& t) {
+    const TensorView* scale = set_.find(fp8_scale_inv_name(t.name));
+    if (!scale) scale = set_.find(fp8_scale_name(t.name));
+    if (!scale)
+      throw_model("{}: FP8 tensor '{}' has no scale (expected '{}' or '{}')", t.file, t.name,
+                  fp8_scale_inv_name(t.name), fp8_scale_name(t.name));
+    auto& buf = m_.owned.emplace_back(size_t(t.numel()) * 2);
+    dequantize_fp8(t, *scale, fp8_, reinterpret_cast<uint16_t*>(buf.data()));
+    return Weight{DType::BF16, t.shape[0], t.shape[1], buf.data()};
   }
 
   // Rows of `name` reordered: HF row r comes from stored row src_row(r).
@@ -59,6 +75,9 @@ class Loader {
   // A vector converted to f32 (norm weights and biases are tiny).
   Weight vector(const std::string& name, int64_t n) {
     const TensorView& t = require(name, {n});
+    if (is_fp8(t.dtype))
+      throw_model("{}: tensor '{}' is {}; wick takes FP8 for matrices only", t.file, name,
+                  dtype_name(t.dtype));
     auto& buf = m_.owned.emplace_back(size_t(n) * 4);
     dequantize_row_ref(t.dtype, t.data, reinterpret_cast<float*>(buf.data()), n);
     return Weight{DType::F32, 1, n, buf.data()};
@@ -78,6 +97,9 @@ class Loader {
   Weight expert_slice(const std::string& name, int64_t n_expert, int64_t e, int64_t n_out,
                       int64_t n_in, int64_t row0 = 0, int64_t n_rows = -1) {
     const TensorView& t = require_stacked(name, {n_expert, n_out, n_in});
+    if (is_fp8(t.dtype))
+      throw_model("{}: tensor '{}' is {}; wick does not load stacked FP8 experts", t.file, name,
+                  dtype_name(t.dtype));
     const size_t rb = row_bytes(t.dtype, n_in);
     const auto* base = static_cast<const uint8_t*>(t.data) + (size_t(e) * n_out + row0) * rb;
     return Weight{t.dtype, n_rows < 0 ? n_out : n_rows, n_in, base};
@@ -96,6 +118,7 @@ class Loader {
 
   Model& m_;
   const TensorSet& set_;
+  Fp8Scheme fp8_;
   std::set<std::string> counted_;
 };
 
@@ -245,8 +268,9 @@ std::unique_ptr<Model> load_model(const std::string& path) {
       throw_io("{}: not valid JSON: {}", cfg.string(), e.what());
     }
     m->config = config_from_hf_json(j, cfg.string());
+    Fp8Scheme fp8 = fp8_scheme_from_hf(j, cfg.string());
     m->tensors = read_safetensors_dir(path);
-    Loader L(*m, m->tensors);
+    Loader L(*m, m->tensors, std::move(fp8));
     load_hf_weights(*m, L);
     m->tokenizer_kind = hf_tokenizer_kind(path);
   } else {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "backend/cuda/kernels.h"
 #include "engine/engine.h"
@@ -391,6 +392,33 @@ TEST(YarnOnGpu, MatchesTheCpu) {
             << (f32 ? "gpu-f32" : "bf16") << " chunk " << chunk << (pre_rope ? " pre-rope" : "");
       }
   }
+}
+
+// An FP8 checkpoint (tests/python/make_fp8_fixtures.py: the tiny llama in
+// 48 x 40 blocks of e4m3) on the GPU: the same logits, bit for bit, as the
+// bf16 weights it dequantizes to (model/fp8.h), and within bf16 tolerance of
+// the CPU.
+TEST(Fp8OnGpu, CheckpointEqualsItsDequantizedWeights) {
+  WICK_REQUIRE_GPU();
+  const std::string d = data_dir() + "/fp8/llama-block";
+  if (!std::filesystem::exists(d + "/fp8/config.json"))
+    WICK_SKIP_OR_FAIL("fp8 fixtures missing at "
+                      << d << " (ctest runs setup.fp8_fixtures; on a "
+                      << "GPU machine gpu_check sets WICK_TEST_DATA_DIR)");
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t(1 + (i * 97 + 5) % 511));
+  auto fp8 = load_model(d + "/fp8");
+  auto want = load_model(d + "/want");
+  auto run = [&](const Model& m, int64_t chunk) {
+    auto dm = prepare_model(m, make_backend(cuda_opts(false)));
+    return run_all_logits(*dm->backend, m.config, dm->weights, ids, chunk);
+  };
+  const auto got = run(*fp8, 0);
+  EXPECT_EQ(got, run(*want, 0));
+  EXPECT_EQ(run(*fp8, 7), run(*want, 7));
+  const double e = rel_err(got, run_all_logits(*want, ids));
+  std::printf("[ report ] fp8 llama on the gpu against the cpu: relative error %.2e\n", e);
+  EXPECT_LT(e, 3e-2);
 }
 
 // Named intermediates of the tiny llama, CPU against GPU: every tensor
