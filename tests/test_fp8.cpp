@@ -144,8 +144,16 @@ TEST(Fp8, QuantizedAndConvertedAsTheDequantizedModel) {
   const auto plan = *quant_plan_from_name("q8_0");
   auto fp8 = load_model(d + "fp8");
   auto want = load_model(d + "want");
+  // the loader's bf16 copies of the FP8 matrices, by their index in `owned`
+  std::vector<size_t> bf16_copies;
+  for (const auto& [name, w] : matrices(*fp8))
+    for (size_t i = 0; i < fp8->owned.size(); ++i)
+      if (!w->empty() && w->dtype == DType::BF16 && fp8->owned[i].data() == w->data)
+        bf16_copies.push_back(i);
+  EXPECT_EQ(bf16_copies.size(), 14u);
   EXPECT_GT(quantize_weights(*fp8, plan), 0);
   quantize_weights(*want, plan);
+  for (size_t i : bf16_copies) EXPECT_TRUE(fp8->owned[i].empty()) << "owned[" << i << "] kept";
   EXPECT_EQ(run_all_logits(*fp8, ids), run_all_logits(*want, ids));
   // wick convert: a GGUF file of the checkpoint
   const std::string out = ::testing::TempDir() + "/fp8-llama.gguf",

@@ -1,6 +1,7 @@
 #include "model/quantize_weights.h"
 
 #include <string>
+#include <unordered_map>
 
 #include "backend/cpu/ops.h"
 #include "io/error.h"
@@ -12,7 +13,10 @@ namespace {
 
 class Quantizer {
  public:
-  Quantizer(Model& m, const QuantPlan& plan, bool tied) : m_(m), plan_(plan), tied_(tied) {}
+  Quantizer(Model& m, const QuantPlan& plan, bool tied) : m_(m), plan_(plan), tied_(tied) {
+    for (size_t i = 0; i < m_.owned.size(); ++i)
+      if (!m_.owned[i].empty()) owned_[m_.owned[i].data()] = i;
+  }
 
   // `w` (n_stack stacked matrices for MoE experts, each its own Weight)
   // named as in GGUF, for the plan's rules.
@@ -39,6 +43,7 @@ class Quantizer {
       }
     }
     m_.owned.push_back(std::move(out));
+    release(w.data);
     w.data = m_.owned.back().data();
     w.dtype = t;
     ++n_done_;
@@ -48,10 +53,23 @@ class Quantizer {
   }
 
  private:
+  // Frees the loader's copy a matrix was quantized from (FP8 checkpoints'
+  // bf16, GGUF's reordered q/k rows), which nothing else points into: each
+  // owned buffer holds one tensor, and a tied output is reset to the
+  // quantized embedding before it is read. A mapped file's bytes are not
+  // in `owned` and stay mapped.
+  void release(const void* data) {
+    auto it = owned_.find(data);
+    if (it == owned_.end()) return;
+    std::vector<uint8_t>().swap(m_.owned[it->second]);
+    owned_.erase(it);
+  }
+
   Model& m_;
   const QuantPlan& plan_;
   bool tied_;
   int64_t n_done_ = 0;
+  std::unordered_map<const void*, size_t> owned_;  // the loader's buffers' indices, by address
 };
 
 }  // namespace

@@ -10,7 +10,9 @@ namespace wick {
 
 // Quantizes every matrix of `m` (rows in parallel); throws ModelError when a
 // matrix is already quantized (quantize such a model with `wick quantize`).
-// Returns the number of matrices converted.
+// The loader's own copies of the matrices it replaces (an FP8 checkpoint's
+// bf16, a GGUF's reordered q/k rows) are freed. Returns the number of
+// matrices converted.
 int64_t quantize_weights(Model& m, const QuantPlan& plan);
 
 }  // namespace wick
