@@ -68,7 +68,7 @@ void BM_Fp8Dequant(benchmark::State& state) {
   wick::TensorView w{"w", wick::DType::F8_E4M3, {n, n}, codes.data(), codes.size(), "bench"};
   wick::TensorView s{"w_scale_inv", wick::DType::F32,  {n / block, n / block},
                      scales.data(), scales.size() * 4, "bench"};
-  wick::Fp8Scheme scheme{"fp8", block, block};
+  wick::Fp8Scheme scheme{block, block};
   std::vector<uint16_t> out(size_t(n * n));
   for (auto _ : state) {
     wick::dequantize_fp8(w, s, scheme, out.data());

@@ -82,18 +82,18 @@ Fp8Scheme fp8_scheme_from_hf(const nlohmann::json& config, const std::string& wh
       throw_model("{}: quantization_config's {} is {}, not a string", where, key, f->dump());
     return f->get<std::string>();
   };
-  scheme.method = field("quant_method");
+  const std::string method = field("quant_method");
   static const char* kFp8[] = {"", "fp8", "compressed-tensors", "fbgemm_fp8"};
   bool known = false;
-  for (const char* m : kFp8) known |= scheme.method == m;
+  for (const char* m : kFp8) known |= method == m;
   if (!known)
     throw_model(
         "{}: quantization_config's quant_method '{}' is not supported: wick loads FP8 "
         "checkpoints (fp8, compressed-tensors' float-quantized, fbgemm_fp8) and f32/f16/bf16 "
         "ones; for other quantizations use the unquantized model, or a GGUF file",
-        where, scheme.method);
+        where, method);
   const std::string format = field("format");
-  if (scheme.method == "compressed-tensors" && format != "" && format != "float-quantized" &&
+  if (method == "compressed-tensors" && format != "" && format != "float-quantized" &&
       format != "naive-quantized" && format != "dense")
     throw_model(
         "{}: compressed-tensors format '{}' is not supported (wick loads float-quantized FP8 "
@@ -147,13 +147,14 @@ void dequantize_fp8(const TensorView& w, const TensorView& scale, const Fp8Schem
       const int64_t c1 = std::min(n_in, c0 + g.cols_per);
       for (int64_t c = c0; c < c1; ++c) {
         // f32_to_bf16's rounding without its NaN case, so that the loop
-        // vectorises: a NaN may round to an infinity, and either is refused.
+        // vectorises: a product that is not finite, or rounds to an
+        // infinity, is refused (and its rounded bits never used).
         uint32_t u;
         const float v = lut[qr[c]] * sc;
         std::memcpy(&u, &v, 4);
         const uint32_t h = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
         o[c] = uint16_t(h);
-        not_finite |= uint32_t((h & 0x7f80) == 0x7f80);
+        not_finite |= uint32_t((u & 0x7f800000) == 0x7f800000) | uint32_t((h & 0x7f80) == 0x7f80);
       }
     }
     if (not_finite) bad_row = std::min(bad_row, r);

@@ -13,8 +13,8 @@
 
 namespace wick {
 
+// What config.json says of the checkpoint's scales: their blocks' size.
 struct Fp8Scheme {
-  std::string method;      // config's quant_method; "" when it has none
   int64_t block_rows = 0;  // weight_block_size, 0 when it gives none
   int64_t block_cols = 0;
 };
