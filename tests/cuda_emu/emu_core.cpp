@@ -483,11 +483,14 @@ const float* f16_values() {
 
 // m16n8k32 (4 A words, 2 B words a lane) or m16n8k16 (2, 1) of 8-bit
 // integers: lane l holds A's row g (+8) at columns 4t.. (+16) and B's column g
-// at rows 4t.. (+16); s32 sums from zero.
-void resolve_imma(Fiber* const lanes[32]) {
+// at rows 4t.. (+16); s32 sums from zero. (B's rows as 8 ints side by side, and
+// compiled for AVX2 and AVX-512: the baseline has no 32-bit vector multiply.)
+[[gnu::target_clones("avx512f", "avx2", "default")]] void resolve_imma(Fiber* const lanes[32]) {
+  using I8 = int __attribute__((vector_size(32)));
   const int K = lanes[0]->k;
   const bool b_u8 = lanes[0]->flag;
-  int A[16][32] = {}, B[32][8] = {};
+  int A[16][32] = {};
+  I8 B[32] = {};
   for (int l = 0; l < 32; ++l) {
     const Fiber& s = *lanes[l];
     const int g = l / 4, t = l % 4;
@@ -504,13 +507,14 @@ void resolve_imma(Fiber* const lanes[32]) {
       }
     }
   }
-  int S[16][8] = {};
+  I8 S[16] = {};
   for (int r = 0; r < 16; ++r) {
     bool zeros = true;  // (a decode step's rows past its tokens)
     for (int k = 0; k < K; ++k) zeros &= A[r][k] == 0;
     if (zeros) continue;
-    for (int k = 0; k < K; ++k)
-      for (int n = 0; n < 8; ++n) S[r][n] += A[r][k] * B[k][n];
+    I8 sum = {};
+    for (int k = 0; k < K; ++k) sum += A[r][k] * B[k];
+    S[r] = sum;
   }
   for (int l = 0; l < 32; ++l) {
     Fiber& f = *lanes[l];

@@ -10,8 +10,14 @@ with nvcc's name for an anonymous namespace (_GLOBAL__N__<hash>_<len>_<file>_<ha
 written as g++ writes it (_GLOBAL__N_1), so that the emulated kernel's symbol
 names the same line.
 
-    kernel_resources.py NVCC INCLUDE_DIR OUT.tsv FILE.cu
-    kernel_resources.py --merge OUT.tsv IN.tsv...
+    kernel_resources.py --launch NVCC ARGS... -o OBJ ...
+    kernel_resources.py --merge OUT.tsv OBJ...
+
+--launch is wick_cuda's compiler launcher (src/CMakeLists.txt): it runs the
+build's own compile with ptxas -v and nvcc's intermediate files kept, and
+writes OBJ.resources.tsv from that sm_90 compile, so the table is the shipped
+code's and no second compile is needed (a second one was ~100 s of CI's CPU).
+--merge joins the tables of the .cu objects among OBJ....
 """
 import os
 import re
@@ -78,42 +84,74 @@ def ptxas_info(text: str) -> dict:
     return info
 
 
-def one(nvcc: str, include: str, out: str, cu: str) -> None:
-    ptxas = os.path.join(os.path.dirname(os.path.realpath(nvcc)), "ptxas")
-    if not os.path.exists(ptxas):
-        ptxas = shutil.which("ptxas") or ptxas
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "k.ptx")
-        # the flags of the release build (src/CMakeLists.txt, wick_cuda)
-        subprocess.run([nvcc, "-I", include, "-O3", "-DNDEBUG", "-std=c++17",
-                        "--expt-relaxed-constexpr", f"-arch=compute_{ARCH}", "-ptx",
-                        "-o", ptx, cu], check=True)
-        v = subprocess.run([ptxas, f"-arch=sm_{ARCH}", "-O3", "-v", ptx, "-o",
-                            os.path.join(tmp, "k.cubin")],
-                           check=True, capture_output=True, text=True)
-        with open(ptx) as f:
-            bounds = max_threads(f.read())
-    info = ptxas_info(v.stdout + v.stderr)
+ARCH_RE = re.compile(r"for 'sm_(\d+a?)'")
+
+
+def entries_for(text: str, sm: str) -> str:
+    """ptxas -v's lines for one architecture (nvcc prints every real one)."""
+    out, keep = [], False
+    for line in text.splitlines():
+        if "Compiling entry function" in line:
+            m = ARCH_RE.search(line)
+            keep = bool(m) and m.group(1) == sm
+        if keep:
+            out.append(line)
+    return "\n".join(out)
+
+
+def table(ptxas_text: str, ptx_text: str, what: str) -> list:
+    info, bounds = ptxas_info(ptxas_text), max_threads(ptx_text)
     if set(info) != set(bounds):
-        raise SystemExit(f"kernel_resources: ptxas and the PTX name other kernels in {cu}")
-    lines = [f"{normalize(n)}\t{r['regs']}\t{r['smem']}\t{r['stack']}\t{bounds[n]}\n"
-             for n, r in sorted(info.items())]
+        raise SystemExit(f"kernel_resources: ptxas and the PTX name other kernels in {what}")
+    return [f"{normalize(n)}\t{r['regs']}\t{r['smem']}\t{r['stack']}\t{bounds[n]}\n"
+            for n, r in sorted(info.items())]
+
+
+def write(out: str, lines: list) -> None:
     with open(out + ".tmp", "w") as f:
         f.writelines(lines)
     os.replace(out + ".tmp", out)
 
 
-def merge(out: str, ins: list) -> None:
-    text = "".join(open(p).read() for p in ins)
-    with open(out + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(out + ".tmp", out)
+def launch(cmd: list) -> int:
+    obj = cmd[cmd.index("-o") + 1]
+    keep = obj + ".keep"
+    shutil.rmtree(keep, ignore_errors=True)
+    os.makedirs(keep)
+    try:
+        run = subprocess.run(cmd + ["-Xptxas", "-v", "-keep", "-keep-dir", keep],
+                             capture_output=True, text=True)
+        text = run.stdout + run.stderr
+        # what the compile says, less ptxas's report (the table holds it)
+        rest = [l for l in text.splitlines(keepends=True)
+                if not l.startswith("ptxas info") and not re.match(r"\s+\d+ bytes stack frame", l)]
+        sys.stderr.write("".join(rest))
+        if run.returncode != 0:
+            return run.returncode
+        try:
+            ptx = [p for p in os.listdir(keep) if p.endswith(f".compute_{ARCH}.ptx")]
+            if len(ptx) != 1 or f"for 'sm_{ARCH}'" not in text:
+                raise SystemExit(f"kernel_resources: {obj} has no sm_{ARCH} code; the CUDA "
+                                 f"emulator's kernel table is the H100's: add {ARCH} to "
+                                 "CMAKE_CUDA_ARCHITECTURES or configure with -DWICK_CUDA_EMU=OFF")
+            with open(os.path.join(keep, ptx[0])) as f:
+                write(obj + ".resources.tsv", table(entries_for(text, ARCH), f.read(), obj))
+        except BaseException:
+            os.remove(obj)  # so that the next build compiles it again
+            raise
+        return 0
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
+
+
+def merge(out: str, objs: list) -> None:
+    write(out, [open(p + ".resources.tsv").read() for p in objs if p.endswith(".cu.o")])
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--merge":
         merge(sys.argv[2], sys.argv[3:])
-    elif len(sys.argv) == 5:
-        one(*sys.argv[1:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "--launch":
+        sys.exit(launch(sys.argv[2:]))
     else:
         sys.exit(__doc__)
