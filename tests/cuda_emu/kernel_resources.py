@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 ARCH = "90"
 # cudafe++'s name for a file's anonymous namespace, and its length before it
