@@ -410,57 +410,54 @@ void check_add_rmsnorm_in_the_last_cta(int64_t M) {
       KwMax scope(kw);
       auto wb = random_weight(t, n, n_in, rng);
       const Weight w = be->prepare_matrix(Weight{t, n, n_in, wb.data()});
-      {
-        auto in = randn(size_t(M * n_in), rng), x = randn(size_t(M * n), rng),
-             nw = randn(size_t(n), rng);
-        Buffer din = to_device(*be, in.data(), in.size() * 4),
-               dnw = to_device(*be, nw.data(), nw.size() * 4);
-        struct Out {
-          Buffer proj, x, y;
-        };
-        auto fresh = [&] {
-          return Out{be->alloc(size_t(M * n) * 4), to_device(*be, x.data(), x.size() * 4),
-                     be->alloc(size_t(M * n) * 4)};
-        };
-        auto same = [&](const Out& want, const Out& got, const std::string& how) {
-          for (auto [a, b, what] :
-               {std::tuple{&want.proj, &got.proj, "proj"}, std::tuple{&want.x, &got.x, "x"},
-                std::tuple{&want.y, &got.y, "y"}})
-            EXPECT_EQ(to_host<float>(*be, *b, size_t(M * n)),
-                      to_host<float>(*be, *a, size_t(M * n)))
-                << how << ": " << what;
-        };
-        Out sep = fresh();
-        be->matmul(w, din.as<float>(), M, sep.proj.as<float>());
-        be->add_rmsnorm(sep.x.as<float>(), sep.proj.as<float>(), dnw.as<float>(), M, n, eps,
-                        sep.y.as<float>());
-        // the fused kernel itself, three launches on one counter
-        Buffer counter = be->alloc(sizeof(int));
-        const int zero = 0;
-        be->copy_to_device(counter.data(), &zero, sizeof zero);
+      auto in = randn(size_t(M * n_in), rng), x = randn(size_t(M * n), rng),
+           nw = randn(size_t(n), rng);
+      Buffer din = to_device(*be, in.data(), in.size() * 4),
+             dnw = to_device(*be, nw.data(), nw.size() * 4);
+      struct Out {
+        Buffer proj, x, y;
+      };
+      auto fresh = [&] {
+        return Out{be->alloc(size_t(M * n) * 4), to_device(*be, x.data(), x.size() * 4),
+                   be->alloc(size_t(M * n) * 4)};
+      };
+      auto same = [&](const Out& want, const Out& got, const std::string& how) {
+        for (auto [a, b, what] :
+             {std::tuple{&want.proj, &got.proj, "proj"}, std::tuple{&want.x, &got.x, "x"},
+              std::tuple{&want.y, &got.y, "y"}})
+          EXPECT_EQ(to_host<float>(*be, *b, size_t(M * n)), to_host<float>(*be, *a, size_t(M * n)))
+              << how << ": " << what;
+      };
+      Out sep = fresh();
+      be->matmul(w, din.as<float>(), M, sep.proj.as<float>());
+      be->add_rmsnorm(sep.x.as<float>(), sep.proj.as<float>(), dnw.as<float>(), M, n, eps,
+                      sep.y.as<float>());
+      // the fused kernel itself, three launches on one counter
+      Buffer counter = be->alloc(sizeof(int));
+      const int zero = 0;
+      be->copy_to_device(counter.data(), &zero, sizeof zero);
+      be->sync();
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+      for (int launch = 0; launch < 3; ++launch) {
+        Out f = fresh();
         be->sync();
-        cudaStream_t st = nullptr;
-        ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
-        for (int launch = 0; launch < 3; ++launch) {
-          Out f = fresh();
-          be->sync();
-          const cuda::MatmulJob job{static_cast<const cuda::GpuWeight*>(w.aux), f.proj.as<float>(),
-                                    nullptr};
-          const cuda::AddNorm a{f.x.as<float>(), dnw.as<float>(), eps, f.y.as<float>(),
-                                counter.as<int>()};
-          const bool took = cuda::matmul_add_rmsnorm(job, din.as<float>(), int(M), a, st);
-          ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-          EXPECT_EQ(took, M == 1);
-          if (took) same(sep, f, "fused kernel, launch " + std::to_string(launch));
-        }
-        cudaStreamDestroy(st);
-        EXPECT_EQ(to_host<int>(*be, counter, 1)[0], 0);
-        // the backend's entry point (fused or not)
-        Out via = fresh();
-        be->matmul_add_rmsnorm(w, din.as<float>(), M, via.proj.as<float>(), via.x.as<float>(),
-                               dnw.as<float>(), eps, via.y.as<float>());
-        same(sep, via, "matmul_add_rmsnorm, rows " + std::to_string(M));
+        const cuda::MatmulJob job{static_cast<const cuda::GpuWeight*>(w.aux), f.proj.as<float>(),
+                                  nullptr};
+        const cuda::AddNorm a{f.x.as<float>(), dnw.as<float>(), eps, f.y.as<float>(),
+                              counter.as<int>()};
+        const bool took = cuda::matmul_add_rmsnorm(job, din.as<float>(), int(M), a, st);
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        EXPECT_EQ(took, M == 1);
+        if (took) same(sep, f, "fused kernel, launch " + std::to_string(launch));
       }
+      cudaStreamDestroy(st);
+      EXPECT_EQ(to_host<int>(*be, counter, 1)[0], 0);
+      // the backend's entry point (fused or not)
+      Out via = fresh();
+      be->matmul_add_rmsnorm(w, din.as<float>(), M, via.proj.as<float>(), via.x.as<float>(),
+                             dnw.as<float>(), eps, via.y.as<float>());
+      same(sep, via, "matmul_add_rmsnorm, rows " + std::to_string(M));
     }
 }
 
