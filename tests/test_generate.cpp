@@ -2,9 +2,13 @@
 // processors, multi-turn prefix reuse, the model pool, and bad requests.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <future>
 #include <thread>
 
+#include "backend/cpu/ops.h"
 #include "engine/model_pool.h"
 #include "engine/session.h"
 #include "engine_run.h"
@@ -283,6 +287,45 @@ TEST(ModelPool, LoadsOnceAcrossThreadsAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(pool.n_loads(), 4u);  // was evicted, loaded again
   EXPECT_THROW(pool.get("no-such-model-name"), ModelError);
   EXPECT_EQ(pool.n_loaded(), 2u);
+}
+
+// The threads of this process (Linux: /proc/self/task).
+size_t n_process_threads() {
+  size_t n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A load's parallel regions (the default model's embedding packs in
+// parallel) leave no OpenMP workers on the thread that asked for it:
+// libgomp keeps a team for every thread that has started a region, for that
+// thread's life, and once a process holds more workers than cores every
+// team sleeps at each region's end (a server that loaded on its main thread
+// decoded 3.9 times slower than the CLI: docs/perf.md, session 70).
+TEST(LoadThreads, LeaveNoOpenMpWorkersOnTheLoadingThread) {
+  const char* path = std::getenv("WICK_TEST_MODEL");
+  if (!path || !std::filesystem::exists(path))
+    WICK_SKIP_OR_FAIL("default model missing (WICK_TEST_MODEL)");
+  const int saved = cpu::n_threads();
+  cpu::set_n_threads(2);  // (a team of one has no workers to leave)
+  const size_t before = n_process_threads();
+  std::promise<void> loaded, done;
+  std::thread asker([&] {
+    load_model_and_tokenizer(path, {}, BackendOptions{});
+    loaded.set_value();
+    done.get_future().wait();  // alive, as a server's thread stays
+  });
+  loaded.get_future().wait();
+  // the asker alone is new (a loader's team leaves as its thread ends)
+  size_t n = n_process_threads();
+  for (int i = 0; i < 200 && n > before + 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = n_process_threads();
+  }
+  done.set_value();
+  asker.join();
+  cpu::set_n_threads(saved);
+  EXPECT_EQ(n, before + 1);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/ops.h"
 #include "engine/model_store.h"
 #include "io/error.h"
 #include "model/lora.h"
@@ -104,9 +105,11 @@ std::shared_ptr<LoadedModel> load_model_and_tokenizer(const std::string& name,
   return load_model_at(name, resolve_model(name), progress, opt);
 }
 
-std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::string& path,
-                                           const std::function<void(float)>& progress,
-                                           const BackendOptions& opt) {
+namespace {
+
+std::shared_ptr<LoadedModel> load_on_this_thread(const std::string& name, const std::string& path,
+                                                 const std::function<void(float)>& progress,
+                                                 const BackendOptions& opt) {
   auto lm = std::make_shared<LoadedModel>();
   lm->name = name;
   lm->path = path;
@@ -159,6 +162,15 @@ std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::s
   lm->device = prepare_model(*lm->model, std::move(be));
   if (progress) progress(1.f);
   return lm;
+}
+
+}  // namespace
+
+std::shared_ptr<LoadedModel> load_model_at(const std::string& name, const std::string& path,
+                                           const std::function<void(float)>& progress,
+                                           const BackendOptions& opt) {
+  // (its parallel regions' workers must not outlive it: cpu::on_own_thread)
+  return cpu::on_own_thread([&] { return load_on_this_thread(name, path, progress, opt); });
 }
 
 ModelPool& ModelPool::global() {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "backend/cpu/ops.h"
 #include "io/error.h"
 #include "io/quant_blocks.h"
 
@@ -46,7 +47,7 @@ uint64_t mix(uint64_t x) {
 // scales of a trained model's size. Rows are filled in parallel.
 void fill_random_weight(DType t, int64_t n_out, int64_t n_in, uint8_t* dst, uint64_t seed) {
   const size_t rb = row_bytes(t, n_in);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(cpu::n_threads())
   for (int64_t r = 0; r < n_out; ++r) {
     uint64_t s = mix(seed ^ uint64_t(r) * 0x100000001B3ull);
     uint8_t* row = dst + size_t(r) * rb;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -12,6 +14,17 @@ namespace wick::cpu {
 
 void set_n_threads(int n);  // 0 = all cores, at most the cgroup's CPU limit (cpu_limit.h)
 int n_threads();
+// Runs f on a thread of its own and returns what it returns (or throws what it
+// throws), for work with parallel regions off the thread that runs the model
+// (a load's packing and conversions): libgomp keeps a team of workers for
+// every thread that has started a region, for that thread's life, and once a
+// process holds more of them than there are cores it has every team sleep at
+// each region's end (a decode step has hundreds). This thread's team goes
+// with it. (docs/perf.md, session 70: a server 2.9x slower than the CLI.)
+template <class F>
+auto on_own_thread(F&& f) {
+  return std::async(std::launch::async, std::forward<F>(f)).get();
+}
 // Per-thread scratch of at least n floats, grown and reused (no allocation per call).
 float* thread_buf(size_t n);
 

@@ -89,6 +89,7 @@ class CudaBackend final : public Backend {
     spdlog::debug("{}: {:.0f} MiB of {:.0f} MiB usable", name_, mib(budget_), mib(total_b));
   }
   ~CudaBackend() override {
+    bind();
     drop_graphs();
     // every buffer goes while the stream still exists (release syncs on it)
     for (auto& [k, b] : expert_tables_) b.reset();
@@ -106,10 +107,21 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(st_);
   }
 
+  // Makes this backend's GPU the calling thread's device (CUDA's is per
+  // thread): a model loads on a thread of its own (cpu::on_own_thread) and
+  // runs on another, the engine's; allocations, copies and each step's
+  // upload come here first.
+  void bind() const {
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess || d != opt_.gpu_index)
+      WICK_CUDA_CHECK(cudaSetDevice(opt_.gpu_index));
+  }
+
   std::string name() const override { return name_; }
   Device device() const override { return Device::Cuda; }
 
   Buffer alloc(size_t bytes) override {
+    bind();
     bytes = std::max<size_t>(bytes, 16);
     // cudaMalloc fails inside a capture, and a graph must not own memory
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -157,11 +169,13 @@ class CudaBackend final : public Backend {
     }
   }
   void copy_to_device(void* dst, const void* src, size_t n) override {
+    bind();
     WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, st()));
     WICK_CUDA_CHECK(cudaStreamSynchronize(st()));
   }
   // (st_, not st(): these write nothing on the device)
   void copy_to_host(void* dst, const void* src, size_t n) override {
+    bind();
     WICK_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, st_));
     WICK_CUDA_CHECK(cudaStreamSynchronize(st_));
   }
@@ -252,6 +266,7 @@ class CudaBackend final : public Backend {
   }
 
   void copy_blocks(KvStore& kv, std::span<const std::pair<int32_t, int32_t>> pairs) override {
+    bind();
     // (q8_0: the int8 plane's rows and the scales' rows, each a run of a block's slots)
     const bool q8 = kv.dtype == DType::Q8_0;
     const size_t row = q8 ? size_t(kv.kv_dim) : row_bytes(kv.dtype, kv.kv_dim);
@@ -287,6 +302,7 @@ class CudaBackend final : public Backend {
     return l;
   }
   BatchArgs upload(const Batch& b) override {
+    bind();  // (every step starts here)
     const auto& ints = b.packed();
     const size_t bytes = ints.size() * 4;
     if (batch_buf_.bytes() < bytes) batch_buf_ = alloc(std::max<size_t>(bytes * 2, 64 << 10));
@@ -303,6 +319,7 @@ class CudaBackend final : public Backend {
   // WICK_CUDA_GRAPHS=0 turns graphs off (for profilers that time each kernel).
   bool can_graph() const override { return graphs_on_ && !trace && !opt_.gpu_f32; }
   bool replay(uint64_t key) override {
+    bind();
     auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
     WICK_CUDA_CHECK(cudaGraphLaunch(it->second, st()));

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Decode rate of `wick serve`, for one or more binaries side by side.
+
+For each --wick binary in turn (rounds interleaved: A B A B ...), starts
+`wick serve` on loopback, sends a warm-up request, then for each count in
+--streams that many concurrent greedy chat requests of --tokens tokens each
+(ignore_eos), and prints the generated tokens per second over the wall clock
+and the server's CPU seconds (user + system, /proc) per generated token.
+Compare it with `wick bench -n` on the same model: a server runs the same
+forward, on its engine thread instead of the main one.
+
+Standard library only. Example (docs/perf.md, session 70):
+  scripts/bench_serve.py --wick /tmp/wick-before --wick build/bin/wick --rounds 3
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def post(url, body):
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.load(r)
+
+
+def run_streams(url, n_streams, n_tokens):
+    """n_streams concurrent requests; returns the tokens they generated."""
+    counts = [0] * n_streams
+
+    def one(i):
+        body = {"messages": [{"role": "user", "content": f"Tell me a story about the number {i}."}],
+                "temperature": 0, "max_tokens": n_tokens, "ignore_eos": True}
+        counts[i] = post(url, body)["usage"]["completion_tokens"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n_streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts)
+
+
+def measure(wick, model, streams, n_tokens, extra):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([wick, "serve", "--model", model, "--port", str(port), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"{wick} serve did not start")
+        run_streams(url, 1, 16)  # warm-up
+        out = []
+        for n in streams:
+            c0, t0 = cpu_seconds(proc.pid), time.time()
+            n_gen = run_streams(url, n, n_tokens)
+            dt, cpu = time.time() - t0, cpu_seconds(proc.pid) - c0
+            out.append((n, n_gen / dt, 1000 * cpu / n_gen))
+        return out
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wick", action="append", help="a wick binary (repeat to compare; default build/bin/wick)")
+    ap.add_argument("--model", default=os.environ.get("WICK_TEST_MODEL",
+                                                      os.path.expanduser("~/.cache/wick/models/smollm2.gguf")))
+    ap.add_argument("--streams", default="1,4", help="concurrent requests, comma-separated")
+    ap.add_argument("--tokens", type=int, default=128, help="tokens each request generates")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--serve-args", default="", help="more `wick serve` arguments")
+    a = ap.parse_args()
+    wicks = a.wick or ["build/bin/wick"]
+    streams = [int(s) for s in a.streams.split(",")]
+    print(f"model {a.model}, {a.tokens} tokens a request, OMP_WAIT_POLICY="
+          f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+    print("| binary | round | streams | generated tok/s | server CPU ms / token |")
+    print("|---|---|---|---|---|")
+    for r in range(a.rounds):
+        for w in wicks:
+            for n, rate, ms in measure(w, a.model, streams, a.tokens, a.serve_args.split()):
+                print(f"| {w} | {r + 1} | {n} | {rate:.1f} | {ms:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
