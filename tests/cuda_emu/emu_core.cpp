@@ -251,6 +251,10 @@ constexpr size_t kStaticSmem = 48 * 1024;  // CUDA's bound on a kernel's __share
 
 struct CtaRun {
   std::vector<Fiber> fibers;
+  // bit i: fibers[i] can run (St::Run), kept by set_st; the schedulers scan
+  // these words, not the fibers (a shuffled schedule's random start scanned
+  // past parked fibers' cache lines: a third of emu.kernels' time)
+  std::vector<uint64_t> runnable;
   std::vector<unsigned> waiting;  // a warp's lanes parked in a collective
   void* sched_sp = nullptr;       // the scheduler's stack, while a thread runs
   uint3 bid{};
@@ -356,20 +360,41 @@ inline size_t shuffled(size_t n) {  // a number below n (splitmix64's steps)
   return size_t((z ^ (z >> 31)) % n);
 }
 
+// A thread's state, and its bit in c.runnable.
+inline void set_st(CtaRun& c, Fiber& f, St st) {
+  const size_t i = size_t(&f - c.fibers.data());
+  const uint64_t bit = uint64_t(1) << (i % 64);
+  f.st = st;
+  if (st == St::Run)
+    c.runnable[i / 64] |= bit;
+  else
+    c.runnable[i / 64] &= ~bit;
+}
+
+// The first runnable thread at index `from` or after, round the CTA; n when
+// none can run.
+inline size_t next_runnable(const CtaRun& c, size_t from) {
+  const size_t n_words = c.runnable.size();
+  size_t w = from / 64;
+  uint64_t bits = c.runnable[w] & (~uint64_t(0) << (from % 64));
+  for (size_t k = 0; k <= n_words; ++k) {  // (the last: from's word again, below from)
+    if (bits) return w * 64 + size_t(__builtin_ctzll(bits));
+    w = w + 1 == n_words ? 0 : w + 1;
+    bits = c.runnable[w];
+  }
+  return c.fibers.size();
+}
+
 // The thread to run after f: the next runnable one in index order round the
 // CTA (from a random one when shuffled; f itself when it is the only one);
 // null when none can run or a thread found an error, and the scheduler must
 // decide.
 inline Fiber* next_after(CtaRun& c, Fiber* f) {
   if (!c.error.empty()) return nullptr;
-  Fiber* const first = c.fibers.data();
   const size_t n = c.fibers.size();
-  const size_t i = g_shuffle ? shuffled(n) : size_t(f - first);
-  for (size_t k = 1; k <= n; ++k) {
-    const size_t j = i + k < n ? i + k : i + k - n;
-    if (first[j].st == St::Run) return &first[j];
-  }
-  return nullptr;
+  const size_t i = g_shuffle ? shuffled(n) : size_t(f - c.fibers.data());
+  const size_t j = next_runnable(c, i + 1 < n ? i + 1 : 0);
+  return j < n ? &c.fibers[j] : nullptr;
 }
 
 // Runs the next thread from the running one, which has just parked (or not):
@@ -391,7 +416,7 @@ inline Fiber* next_after(CtaRun& c, Fiber* f) {
 }
 
 void park(St st) {
-  g_cur->st = st;
+  set_st(*g_cta, *g_cur, st);
   switch_on();
 }
 
@@ -574,7 +599,7 @@ std::string resolve(Fiber* const lanes[32], unsigned group, Op op) {
     }
   }
   for (int l = 0; l < 32; ++l)
-    if (group >> l & 1u) lanes[l]->st = St::Run, lanes[l]->op = Op::None;
+    if (group >> l & 1u) set_st(*g_cta, *lanes[l], St::Run), lanes[l]->op = Op::None;
   return {};
 }
 
@@ -685,7 +710,7 @@ Fiber& enter(Op op, unsigned mask) {
 [[gnu::always_inline]] inline void wait_in_warp() {
   Fiber& f = *g_cur;
   CtaRun& c = *g_cta;
-  f.st = St::Warp;
+  set_st(c, f, St::Warp);
   const size_t first = size_t(&f - c.fibers.data()) & ~size_t(31);
   unsigned& waiting = c.waiting[first / 32];
   waiting |= 1u << f.lane;
@@ -796,6 +821,8 @@ void set_up(CtaRun& c, const Body& body, uint3 bid, dim3 grid, dim3 block, size_
     f.race_fiber = race::fiber(identity0 + i / u.per_unit);
   }
   c.waiting.assign((n + 31) / 32, 0u);
+  c.runnable.assign((n + 63) / 64, ~uint64_t(0));  // (every thread: St::Run)
+  if (n % 64) c.runnable.back() = (uint64_t(1) << (n % 64)) - 1;
   c.host_fiber = race::current();
 }
 
@@ -803,12 +830,8 @@ void set_up(CtaRun& c, const Body& body, uint3 bid, dim3 grid, dim3 block, size_
 // here when none can run).
 void run_cta(CtaRun& c) {
   for (;;) {
-    Fiber* first = nullptr;
-    const size_t n = c.fibers.size(), from = g_shuffle ? shuffled(n) : 0;
-    for (size_t k = 0; k < n && !first; ++k) {
-      Fiber& f = c.fibers[from + k < n ? from + k : from + k - n];
-      if (f.st == St::Run) first = &f;
-    }
+    const size_t n = c.fibers.size(), j = next_runnable(c, g_shuffle ? shuffled(n) : 0);
+    Fiber* first = j < n ? &c.fibers[j] : nullptr;
     if (first) {
       g_cur = first;
       race::to(first->race_fiber);
@@ -827,7 +850,7 @@ void run_cta(CtaRun& c) {
     if (all_done) break;
     if (!all_barrier) die(why_stuck(c));
     for (Fiber& f : c.fibers)
-      if (f.st == St::Barrier) f.st = St::Run;
+      if (f.st == St::Barrier) set_st(c, f, St::Run);
     ++c.n_barriers;
   }
 }

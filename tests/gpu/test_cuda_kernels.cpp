@@ -244,7 +244,8 @@ struct XStage {
 // 4-bit row's 32-pair pads, 1 to 16 rows (rows 8-15 read or not), plain and
 // gate/up; where the stage is too large (past 48 KiB: 8 or more rows of the
 // deepest k; 16 rows of 2,560, and 9 of 4-bit weights' there) both are the
-// unstaged kernel.
+// unstaged kernel (at the deepest k, rows past the first such, 8, would add
+// nothing but the same kernel again: 9 and 16 rows run at the other depths).
 TEST(CudaMatmul, StagedActivationsKeepTheBits) {
   WICK_REQUIRE_GPU();
   auto be = cuda_backend(false);
@@ -260,6 +261,7 @@ TEST(CudaMatmul, StagedActivationsKeepTheBits) {
       auto x = randn(size_t(n_rows * n_in_t), rng);
       Buffer dx = to_device(*be, x.data(), x.size() * 4);
       for (int64_t m : {1, 3, 8, 9, 16}) {
+        if (n_in == 4864 && m > 8) continue;
         SCOPED_TRACE(std::string(dtype_name(t)) + " n_in " + std::to_string(n_in_t) + " rows " +
                      std::to_string(m));
         std::vector<float> y[2], gated[2];
@@ -384,7 +386,8 @@ TEST(CudaMatmulFused, GateUpApartKeepsTheFusedBits) {
 // A one-row product with the residual add and the next norm taken by its
 // last CTA (WICK_CUDA_FUSE_NORM=1) equals the product followed by
 // add_rmsnorm, bit for bit: proj, the updated residual and the normed row,
-// launch after launch (the kernel leaves its counter at zero), for rows
+// launch after launch (the kernel leaves its counter at zero: a second
+// launch on it finds its last CTA only so), for rows
 // shorter than the norm kernel's block and odd ones. Two rows: not fused (a
 // test of its own, so that emu.race_ctas runs only the fused one).
 void check_add_rmsnorm_in_the_last_cta(int64_t M) {
@@ -432,14 +435,14 @@ void check_add_rmsnorm_in_the_last_cta(int64_t M) {
       be->matmul(w, din.as<float>(), M, sep.proj.as<float>());
       be->add_rmsnorm(sep.x.as<float>(), sep.proj.as<float>(), dnw.as<float>(), M, n, eps,
                       sep.y.as<float>());
-      // the fused kernel itself, three launches on one counter
+      // the fused kernel itself, two launches on one counter
       Buffer counter = be->alloc(sizeof(int));
       const int zero = 0;
       be->copy_to_device(counter.data(), &zero, sizeof zero);
       be->sync();
       cudaStream_t st = nullptr;
       ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
-      for (int launch = 0; launch < 3; ++launch) {
+      for (int launch = 0; launch < 2; ++launch) {
         Out f = fresh();
         be->sync();
         const cuda::MatmulJob job{static_cast<const cuda::GpuWeight*>(w.aux), f.proj.as<float>(),
