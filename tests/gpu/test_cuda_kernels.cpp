@@ -389,8 +389,12 @@ TEST(CudaMatmulFused, GateUpApartKeepsTheFusedBits) {
 // launch after launch (the kernel leaves its counter at zero: a second
 // launch on it finds its last CTA only so), for rows
 // shorter than the norm kernel's block and odd ones. Two rows: not fused (a
-// test of its own, so that emu.race_ctas runs only the fused one).
-void check_add_rmsnorm_in_the_last_cta(int64_t M) {
+// test of its own, so that emu.race_ctas runs only the fused one). A test a
+// weight format: the CTAs' protocol is the same code in each, and
+// emu.race_ctas checks it on q8_0's alone.
+class CudaFusedAddNorm : public ::testing::TestWithParam<DType> {};
+
+void check_add_rmsnorm_in_the_last_cta(DType t, int64_t M) {
   struct Restore {
     bool was = cuda::fuse_norm();
     ~Restore() { cuda::set_fuse_norm(was); }
@@ -400,79 +404,81 @@ void check_add_rmsnorm_in_the_last_cta(int64_t M) {
   auto be = cuda_backend();
   std::mt19937 rng(12);
   const float eps = 1e-6f;
-  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K})
-    for (auto [n, n_in, kw] : {std::tuple<int64_t, int64_t, int>{64, 512, 16},
-                               {200, 512, 16},
-                               {896, 512, 16},
-                               {1000, 1024, 16},
-                               {2048, 1024, 16},
-                               {896, 4864, 32},  // Qwen2.5-0.5B's down at 32 slices
-                               {2048, 2048, 32}}) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " n_in " +
-                   std::to_string(n_in) + " kw max " + std::to_string(kw));
-      KwMax scope(kw);
-      auto wb = random_weight(t, n, n_in, rng);
-      const Weight w = be->prepare_matrix(Weight{t, n, n_in, wb.data()});
-      auto in = randn(size_t(M * n_in), rng), x = randn(size_t(M * n), rng),
-           nw = randn(size_t(n), rng);
-      Buffer din = to_device(*be, in.data(), in.size() * 4),
-             dnw = to_device(*be, nw.data(), nw.size() * 4);
-      struct Out {
-        Buffer proj, x, y;
-      };
-      auto fresh = [&] {
-        return Out{be->alloc(size_t(M * n) * 4), to_device(*be, x.data(), x.size() * 4),
-                   be->alloc(size_t(M * n) * 4)};
-      };
-      auto same = [&](const Out& want, const Out& got, const std::string& how) {
-        for (auto [a, b, what] :
-             {std::tuple{&want.proj, &got.proj, "proj"}, std::tuple{&want.x, &got.x, "x"},
-              std::tuple{&want.y, &got.y, "y"}})
-          EXPECT_EQ(to_host<float>(*be, *b, size_t(M * n)), to_host<float>(*be, *a, size_t(M * n)))
-              << how << ": " << what;
-      };
-      Out sep = fresh();
-      be->matmul(w, din.as<float>(), M, sep.proj.as<float>());
-      be->add_rmsnorm(sep.x.as<float>(), sep.proj.as<float>(), dnw.as<float>(), M, n, eps,
-                      sep.y.as<float>());
-      // the fused kernel itself, two launches on one counter
-      Buffer counter = be->alloc(sizeof(int));
-      const int zero = 0;
-      be->copy_to_device(counter.data(), &zero, sizeof zero);
+  for (auto [n, n_in, kw] : {std::tuple<int64_t, int64_t, int>{64, 512, 16},
+                             {200, 512, 16},
+                             {896, 512, 16},
+                             {1000, 1024, 16},
+                             {2048, 1024, 16},
+                             {896, 4864, 32},  // Qwen2.5-0.5B's down at 32 slices
+                             {2048, 2048, 32}}) {
+    SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " n_in " +
+                 std::to_string(n_in) + " kw max " + std::to_string(kw));
+    KwMax scope(kw);
+    auto wb = random_weight(t, n, n_in, rng);
+    const Weight w = be->prepare_matrix(Weight{t, n, n_in, wb.data()});
+    auto in = randn(size_t(M * n_in), rng), x = randn(size_t(M * n), rng),
+         nw = randn(size_t(n), rng);
+    Buffer din = to_device(*be, in.data(), in.size() * 4),
+           dnw = to_device(*be, nw.data(), nw.size() * 4);
+    struct Out {
+      Buffer proj, x, y;
+    };
+    auto fresh = [&] {
+      return Out{be->alloc(size_t(M * n) * 4), to_device(*be, x.data(), x.size() * 4),
+                 be->alloc(size_t(M * n) * 4)};
+    };
+    auto same = [&](const Out& want, const Out& got, const std::string& how) {
+      for (auto [a, b, what] : {std::tuple{&want.proj, &got.proj, "proj"},
+                                std::tuple{&want.x, &got.x, "x"}, std::tuple{&want.y, &got.y, "y"}})
+        EXPECT_EQ(to_host<float>(*be, *b, size_t(M * n)), to_host<float>(*be, *a, size_t(M * n)))
+            << how << ": " << what;
+    };
+    Out sep = fresh();
+    be->matmul(w, din.as<float>(), M, sep.proj.as<float>());
+    be->add_rmsnorm(sep.x.as<float>(), sep.proj.as<float>(), dnw.as<float>(), M, n, eps,
+                    sep.y.as<float>());
+    // the fused kernel itself, two launches on one counter
+    Buffer counter = be->alloc(sizeof(int));
+    const int zero = 0;
+    be->copy_to_device(counter.data(), &zero, sizeof zero);
+    be->sync();
+    cudaStream_t st = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+    for (int launch = 0; launch < 2; ++launch) {
+      Out f = fresh();
       be->sync();
-      cudaStream_t st = nullptr;
-      ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
-      for (int launch = 0; launch < 2; ++launch) {
-        Out f = fresh();
-        be->sync();
-        const cuda::MatmulJob job{static_cast<const cuda::GpuWeight*>(w.aux), f.proj.as<float>(),
-                                  nullptr};
-        const cuda::AddNorm a{f.x.as<float>(), dnw.as<float>(), eps, f.y.as<float>(),
-                              counter.as<int>()};
-        const bool took = cuda::matmul_add_rmsnorm(job, din.as<float>(), int(M), a, st);
-        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-        EXPECT_EQ(took, M == 1);
-        if (took) same(sep, f, "fused kernel, launch " + std::to_string(launch));
-      }
-      cudaStreamDestroy(st);
-      EXPECT_EQ(to_host<int>(*be, counter, 1)[0], 0);
-      // the backend's entry point (fused or not)
-      Out via = fresh();
-      be->matmul_add_rmsnorm(w, din.as<float>(), M, via.proj.as<float>(), via.x.as<float>(),
-                             dnw.as<float>(), eps, via.y.as<float>());
-      same(sep, via, "matmul_add_rmsnorm, rows " + std::to_string(M));
+      const cuda::MatmulJob job{static_cast<const cuda::GpuWeight*>(w.aux), f.proj.as<float>(),
+                                nullptr};
+      const cuda::AddNorm a{f.x.as<float>(), dnw.as<float>(), eps, f.y.as<float>(),
+                            counter.as<int>()};
+      const bool took = cuda::matmul_add_rmsnorm(job, din.as<float>(), int(M), a, st);
+      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      EXPECT_EQ(took, M == 1);
+      if (took) same(sep, f, "fused kernel, launch " + std::to_string(launch));
     }
+    cudaStreamDestroy(st);
+    EXPECT_EQ(to_host<int>(*be, counter, 1)[0], 0);
+    // the backend's entry point (fused or not)
+    Out via = fresh();
+    be->matmul_add_rmsnorm(w, din.as<float>(), M, via.proj.as<float>(), via.x.as<float>(),
+                           dnw.as<float>(), eps, via.y.as<float>());
+    same(sep, via, "matmul_add_rmsnorm, rows " + std::to_string(M));
+  }
 }
 
-TEST(CudaMatmulFused, AddRmsnormInTheLastCtaEqualsTwoKernels) {
+TEST_P(CudaFusedAddNorm, InTheLastCtaEqualsTwoKernels) {
   WICK_REQUIRE_GPU();
-  check_add_rmsnorm_in_the_last_cta(1);
+  check_add_rmsnorm_in_the_last_cta(GetParam(), 1);
 }
 
-TEST(CudaMatmulFused, TwoRowsAddRmsnormAsTwoKernels) {
+TEST_P(CudaFusedAddNorm, TwoRowsAsTwoKernels) {
   WICK_REQUIRE_GPU();
-  check_add_rmsnorm_in_the_last_cta(2);
+  check_add_rmsnorm_in_the_last_cta(GetParam(), 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(NormTypes, CudaFusedAddNorm,
+                         ::testing::Values(DType::BF16, DType::Q8_0, DType::Q4_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The tiled (prefill) kernel computes the decode kernel's bits: plain
 // products, q/k/v with biases in one launch, and gate/up with SiLU, for the
