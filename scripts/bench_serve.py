@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Decode rate of `wick serve`, for one or more binaries side by side.
+"""Decode rate of `wick serve`, for one or more binaries side by side, and
+llama.cpp's `llama-server` beside them.
 
-For each --wick binary in turn (rounds interleaved: A B A B ...), starts
-`wick serve` on loopback, sends a warm-up request, then for each count in
---streams that many concurrent greedy chat requests of --tokens tokens each
-(ignore_eos), and prints the generated tokens per second over the wall clock
-and the server's CPU seconds (user + system, /proc) per generated token.
-Compare it with `wick bench -n` on the same model: a server runs the same
-forward, on its engine thread instead of the main one.
+For each --wick binary (and --llama-server) in turn (rounds interleaved:
+A B A B ...), starts the server on loopback, sends a warm-up request, then
+for each count in --streams that many concurrent greedy chat requests of
+--tokens tokens each (ignore_eos), and prints the generated tokens per
+second over the wall clock and the server's CPU milliseconds (user +
+system, /proc) per generated token. Both use every core unless
+WICK_THREADS / --llama-threads say otherwise; llama-server gets as many
+slots (-np) as the most streams.
 
 Standard library only. Example (docs/perf.md, session 70):
-  scripts/bench_serve.py --wick /tmp/wick-before --wick build/bin/wick --rounds 3
+  scripts/bench_serve.py --wick /tmp/wick-before --wick build/bin/wick \
+      --llama-server ~/.cache/wick/peers/llama.cpp-0.3.36/build/bin/llama-server
 """
 import argparse
 import json
@@ -58,11 +61,11 @@ def run_streams(url, n_streams, n_tokens):
     return sum(counts)
 
 
-def measure(wick, model, streams, n_tokens, extra):
+def measure(cmd, streams, n_tokens):
+    """cmd(port): the server's command line."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([wick, "serve", "--model", model, "--port", str(port), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd(port), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         for _ in range(600):
             try:
@@ -72,7 +75,7 @@ def measure(wick, model, streams, n_tokens, extra):
             except OSError:
                 time.sleep(0.1)
         else:
-            raise RuntimeError(f"{wick} serve did not start")
+            raise RuntimeError(f"{cmd(port)[0]} did not start")
         run_streams(url, 1, 16)  # warm-up
         out = []
         for n in streams:
@@ -95,17 +98,25 @@ def main():
     ap.add_argument("--tokens", type=int, default=128, help="tokens each request generates")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--serve-args", default="", help="more `wick serve` arguments")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server, run beside")
+    ap.add_argument("--llama-threads", type=int, default=os.cpu_count(), help="its -t")
     a = ap.parse_args()
-    wicks = a.wick or ["build/bin/wick"]
     streams = [int(s) for s in a.streams.split(",")]
+    servers = [(w, lambda port, w=w: [w, "serve", "--model", a.model, "--port", str(port), *a.serve_args.split()])
+               for w in a.wick or ["build/bin/wick"]]
+    if a.llama_server:
+        ctx = max(streams) * (a.tokens + 128)
+        servers.append((a.llama_server, lambda port: [
+            a.llama_server, "-m", a.model, "--port", str(port), "-t", str(a.llama_threads),
+            "-np", str(max(streams)), "-c", str(ctx)]))
     print(f"model {a.model}, {a.tokens} tokens a request, OMP_WAIT_POLICY="
           f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
     print("| binary | round | streams | generated tok/s | server CPU ms / token |")
     print("|---|---|---|---|---|")
     for r in range(a.rounds):
-        for w in wicks:
-            for n, rate, ms in measure(w, a.model, streams, a.tokens, a.serve_args.split()):
-                print(f"| {w} | {r + 1} | {n} | {rate:.1f} | {ms:.1f} |", flush=True)
+        for name, cmd in servers:
+            for n, rate, ms in measure(cmd, streams, a.tokens):
+                print(f"| {name} | {r + 1} | {n} | {rate:.1f} | {ms:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
