@@ -253,7 +253,7 @@ struct CtaRun {
   std::vector<Fiber> fibers;
   // bit i: fibers[i] can run (St::Run), kept by set_st; the schedulers scan
   // these words, not the fibers (a shuffled schedule's random start scanned
-  // past parked fibers' cache lines: a third of emu.kernels' time)
+  // past parked fibers' cache lines: the shuffled kernel run 108.7 -> 66.4 s)
   std::vector<uint64_t> runnable;
   std::vector<unsigned> waiting;  // a warp's lanes parked in a collective
   void* sched_sp = nullptr;       // the scheduler's stack, while a thread runs

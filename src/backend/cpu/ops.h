@@ -20,7 +20,8 @@ int n_threads();
 // every thread that has started a region, for that thread's life, and once a
 // process holds more of them than there are cores it has every team sleep at
 // each region's end (a decode step has hundreds). This thread's team goes
-// with it. (docs/perf.md, session 70: a server 2.9x slower than the CLI.)
+// with it. (docs/perf.md, session 70: a server decoded at a third of the
+// CLI's rate.)
 template <class F>
 auto on_own_thread(F&& f) {
   return std::async(std::launch::async, std::forward<F>(f)).get();
