@@ -68,6 +68,8 @@ def measure(cmd, streams, n_tokens):
     proc = subprocess.Popen(cmd(port), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         for _ in range(600):
+            if proc.poll() is not None:  # (a crash at load: say so now, not after a minute)
+                raise RuntimeError(f"{cmd(port)[0]} exited with status {proc.returncode} before it served")
             try:
                 with urllib.request.urlopen(url + "/health", timeout=1) as r:
                     if r.status == 200:
