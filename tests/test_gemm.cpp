@@ -122,7 +122,7 @@ TEST_P(Gemm, PackedProductsAreExactBatchInvariantAndMatchFloat64) {
   if (t == DType::BF16 && k->bf16_dp) paths.push_back(cpu::GemmPath::BF16);
   std::mt19937 rng(11 + unsigned(t));
   std::normal_distribution<float> nd;
-  const int64_t n_rows = 13;  // past every register tile's row count, with a remainder
+  const int64_t n_rows = 19;  // past every register tile's row count (AMX: 16), with a remainder
   for (const int64_t n_in : widths(t))
     for (const int64_t n_out : {1, 16, 37, 100}) {  // partial panels and panel groups
       auto wb = random_weight(t, n_out, n_in, rng);
@@ -206,11 +206,13 @@ TEST_P(Gemm, PackedProductsAreExactBatchInvariantAndMatchFloat64) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    IsaByType, Gemm, ::testing::Combine(::testing::ValuesIn(kIsas), ::testing::ValuesIn(kAllTypes)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param)) + "_" + dtype_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(IsaByType, Gemm,
+                         ::testing::Combine(::testing::ValuesIn(kGemmIsas),
+                                            ::testing::ValuesIn(kAllTypes)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  dtype_name(std::get<1>(info.param));
+                         });
 
 // Through the backend: weights prepared (packed, path by type) and multiplied on every core;
 // decode (one row) bit-identical to prefill (many rows), for every type.

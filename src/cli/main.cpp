@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
       "Environment:\n"
       "  WICK_THREADS             worker threads for CPU kernels (default: all cores, at most\n"
       "                           the container's CPU limit: cgroup cpu.max or CFS quota)\n"
-      "  WICK_ISA                 force a CPU kernel set: generic, avx2, avx512 or avx512bf16\n"
+      "  WICK_ISA                 force a CPU kernel set: generic, avx2, avx512, avx512bf16 or amx\n"
       "                           (default: the best this CPU has)\n"
       "  WICK_MATMUL              CPU products: exact (f32 activations for every type) or fast\n"
       "                           (int8 for every quantized type); default: bf16 activations\n"

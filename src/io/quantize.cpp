@@ -26,7 +26,7 @@ const QuantKernels* quant_kernels_for(const char* isa) {
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (!std::strcmp(isa, "generic")) return &quant_generic::kQuantKernels;
   if (!std::strcmp(isa, "avx2")) return avx2 ? &quant_avx2::kQuantKernels : nullptr;
-  if (!std::strcmp(isa, "avx512") || !std::strcmp(isa, "avx512bf16"))
+  if (!std::strcmp(isa, "avx512") || !std::strcmp(isa, "avx512bf16") || !std::strcmp(isa, "amx"))
     return avx512 ? &quant_avx512::kQuantKernels : nullptr;
   return nullptr;
 }

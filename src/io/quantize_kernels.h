@@ -15,8 +15,8 @@ struct QuantKernels {
   RowWriter q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs;
 };
 
-// The best for this CPU; WICK_ISA (generic, avx2, avx512, avx512bf16) picks
-// another where this CPU runs it (avx512bf16: the avx512 writers).
+// The best for this CPU; WICK_ISA (generic, avx2, avx512, avx512bf16, amx) picks
+// another where this CPU runs it (avx512bf16, amx: the avx512 writers).
 const QuantKernels& quant_kernels();
 // nullptr when not compiled in or not supported here.
 const QuantKernels* quant_kernels_for(const char* isa);

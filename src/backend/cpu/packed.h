@@ -39,10 +39,13 @@
 //        are within about 1e-7 of its largest (f32 rounding is 6e-8); one
 //        integer sum per level.
 //   BF16 (BF16 weights on a CPU with AVX512_BF16) activations rounded to
-//        bf16, products by vdpbf16ps.
+//        bf16, products by vdpbf16ps; in the "amx" set (AMX-BF16: Sapphire
+//        Rapids and later) by tdpbf16ps on tiles, whose 16-pair steps each
+//        fold into the accumulator as AMX does it (other bits than vdpbf16ps's).
 // Reduction order: each output element is one chain of operations in k
 // order, carried by one vector lane: f32 and BF16 paths one FMA (or one
-// vdpbf16ps pair) per k step; I8 one exact integer sum per block (or 16-half
+// vdpbf16ps pair) per k step (amx: one tdpbf16ps step per 16 pairs of k, the
+// pairs past the last whole step by vdpbf16ps); I8 one exact integer sum per block (or 16-half
 // for Q6_K) folded into the f32 accumulator by one FMA (and one for the min
 // term), I8X3 the same for each level in turn. The chain is the same whatever
 // the tile, the thread or the number of rows, so a row's results do not

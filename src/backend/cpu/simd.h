@@ -1,5 +1,6 @@
 // Innermost CPU kernels, compiled once per ISA (generic, AVX2, AVX-512, AVX-512
 // with VNNI and BF16) and chosen once at run time from what the processor supports.
+// "amx" is the AVX-512 BF16 set with the BF16 path's products on AMX tiles.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,7 @@ struct SimdKernels {
   void (*keys_t)(const void* const* rows, DType t, int64_t hd, float* kt);
 };
 
-// The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16 overrides. In the ASan
+// The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16|amx overrides. In the ASan
 // tree, that set built without sanitizers (simd.cpp); simd_for() gives the checked one.
 const SimdKernels& simd();
 // WICK_CPU_PREFETCH=1: the products prefetch the weights they stream from memory in software
