@@ -55,7 +55,7 @@ bool has_amx() {
   static const bool ok = [] {
     __builtin_cpu_init();
     if (!has_avx512bf16() || !__builtin_cpu_supports("amx-tile") ||
-        !__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-int8"))
+        !__builtin_cpu_supports("amx-bf16"))
       return false;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
