@@ -342,6 +342,8 @@ class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
 // float dot products of hd terms, float exp and a float sum and axpy over <= 600 positions:
 // at most 6e-7 * max |v| measured with each kernel set (generic, avx2, avx512 through
 // WICK_ISA); a wrong slot, mask or head shows as errors of order 0.1.
+// A bf16 cache on AMX tiles also rounds q and the softmax weights to bf16 (2^-8 each):
+constexpr double kTilesTol = 1e-2;  // measured: 1.9e-3 to 3.5e-3
 TEST_P(PagedAttention, MatchesFloat64Reference) {
   const auto [hd, gqa] = GetParam();
   const int64_t n_head_kv = 2, n_head = n_head_kv * gqa, kv_dim = n_head_kv * hd;
@@ -351,7 +353,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
   const std::vector<Seq> seqs{{600, 6}, {530, 1}, {37, 37}, {516, 3}, {2200, 5}, {1030, 1}};
   std::mt19937 rng(unsigned(hd * 100 + gqa));
   std::normal_distribution<float> nd;
-  double worst = 0;
+  double worst = 0, worst_tiles = 0;
   int checked = 0;
   for (const int32_t bs : {16, 1, 2200}) {  // 2200: one block holds a whole sequence
     for (const int64_t window : {0, 37, 300, 1100}) {
@@ -402,8 +404,9 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
       for (auto& v : q) v = 2.f * nd(rng);  // scores of spread ~2: uneven softmax weights
       // an f32 cache; f16 and q8_0 ones against the reference on their rounded values (q8_0
       // where a head is whole blocks of 32; slots no sequence owns as 0 there, never read)
-      std::vector<uint16_t> kh(kc.size()), vh(vc.size());
-      std::vector<float> kr(kc.size()), vr(vc.size()), kq(kc.size()), vq(vc.size());
+      std::vector<uint16_t> kh(kc.size()), vh(vc.size()), kb(kc.size()), vb(vc.size());
+      std::vector<float> kr(kc.size()), vr(vc.size()), kq(kc.size()), vq(vc.size()), kbr(kc.size()),
+          vbr(vc.size());
       const size_t q8_row = row_bytes(DType::Q8_0, kv_dim);
       std::vector<uint8_t> k8(hd % 32 ? 0 : n_slots * q8_row), v8(k8.size());
       for (size_t i = 0; i < kc.size(); ++i) {
@@ -411,6 +414,10 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
         vh[i] = std::isnan(vc[i]) ? 0x7e00 : f32_to_f16(vc[i]);
         kr[i] = f16_to_f32(kh[i]);
         vr[i] = f16_to_f32(vh[i]);
+        kb[i] = f32_to_bf16(kc[i]);
+        vb[i] = f32_to_bf16(vc[i]);
+        kbr[i] = bf16_to_f32(kb[i]);
+        vbr[i] = bf16_to_f32(vb[i]);
       }
       if (!k8.empty())
         for (size_t sl = 0; sl < n_slots; ++sl) {
@@ -424,29 +431,40 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
           dequantize_row_ref(DType::Q8_0, k8.data() + sl * q8_row, kq.data() + sl * kv_dim, kv_dim);
           dequantize_row_ref(DType::Q8_0, v8.data() + sl * q8_row, vq.data() + sl * kv_dim, kv_dim);
         }
-      for (DType dt : {DType::F32, DType::F16, DType::Q8_0}) {
+      for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
         if (dt == DType::Q8_0 && k8.empty()) continue;
-        const bool f16 = dt == DType::F16, q8 = dt == DType::Q8_0;
+        const bool f16 = dt == DType::F16, q8 = dt == DType::Q8_0, b16 = dt == DType::BF16;
         std::vector<float> out(q.size(), NAN);
-        const void* kp = q8 ? (const void*)k8.data() : f16 ? (const void*)kh.data() : kc.data();
-        const void* vp = q8 ? (const void*)v8.data() : f16 ? (const void*)vh.data() : vc.data();
+        const void* kp = q8    ? (const void*)k8.data()
+                         : f16 ? (const void*)kh.data()
+                         : b16 ? (const void*)kb.data()
+                               : kc.data();
+        const void* vp = q8    ? (const void*)v8.data()
+                         : f16 ? (const void*)vh.data()
+                         : b16 ? (const void*)vb.data()
+                               : vc.data();
         cpu::attention(q.data(), kp, vp, dt, kv_dim, args, AttnShape{n_head, n_head_kv, hd, window},
                        nullptr, out.data());
         const auto ref =
             ref_attention(q,
                           q8    ? kq
                           : f16 ? kr
+                          : b16 ? kbr
                                 : kc,
                           q8    ? vq
                           : f16 ? vr
+                          : b16 ? vbr
                                 : vc,
                           batch.positions, batch.seq_of, tables, bs, n_head, n_head_kv, hd, window);
-        const double tol = 5e-6 * v_max;
-        double ref_mag = 0;
+        // on AMX tiles (a bf16 cache where the set has them) q and the weights p are rounded
+        // to bf16 too
+        const bool tiles = b16 && cpu::simd().attn_tiles;
+        const double tol = (tiles ? kTilesTol : 5e-6) * v_max;
+        double ref_mag = 0, worst_here = 0;
         for (size_t i = 0; i < ref.size(); ++i) {
           ref_mag = std::max(ref_mag, std::fabs(ref[i]));
           const double err = std::fabs(double(out[i]) - ref[i]);
-          worst = std::max(worst, err / v_max);
+          worst_here = std::max(worst_here, err / v_max);
           const int64_t t = int64_t(i) / (n_head * hd), h = int64_t(i) / hd % n_head;
           ASSERT_LE(err, tol) << "hd " << hd << " gqa " << gqa << " block " << bs << " window "
                               << window << ": token " << t << " (seq " << batch.seq_of[size_t(t)]
@@ -455,13 +473,19 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
                               << dtype_name(dt) << " cache)";
         }
         ASSERT_GT(ref_mag, 0.1);  // real values, not all zero
+        if (tiles)
+          worst_tiles = std::max(worst_tiles, worst_here);
+        else
+          worst = std::max(worst, worst_here);
       }
       ++checked;
     }
   }
   EXPECT_EQ(checked, 12);
-  std::printf("[ report ] attention (%s) hd %lld gqa %lld: worst |err| / max|v| %.2e\n",
+  std::printf("[ report ] attention (%s) hd %lld gqa %lld: worst |err| / max|v| %.2e",
               cpu::simd().isa, static_cast<long long>(hd), static_cast<long long>(gqa), worst);
+  if (cpu::simd().attn_tiles) std::printf(", on tiles (bf16 cache) %.2e", worst_tiles);
+  std::printf("\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDimByGqa, PagedAttention,
@@ -525,10 +549,12 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
     std::vector<float> q(size_t(batch.n_tokens() * n_head * sh.hd));
     for (auto& v : q) v = 2.f * nd(rng);
     // the three caches (q8_0: unowned slots as 0)
-    std::vector<uint16_t> kh(kc.size()), vh(vc.size());
+    std::vector<uint16_t> kh(kc.size()), vh(vc.size()), kb(kc.size()), vb(vc.size());
     for (size_t i = 0; i < kc.size(); ++i) {
       kh[i] = std::isnan(kc[i]) ? 0x7e00 : f32_to_f16(kc[i]);
       vh[i] = std::isnan(vc[i]) ? 0x7e00 : f32_to_f16(vc[i]);
+      kb[i] = f32_to_bf16(kc[i]);
+      vb[i] = f32_to_bf16(vc[i]);
     }
     const size_t q8_row = row_bytes(DType::Q8_0, kv_dim);
     std::vector<uint8_t> k8(n_slots * q8_row), v8(k8.size());
@@ -548,15 +574,17 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
       inv_freq[i] = float(std::pow(10000.0, -2.0 * double(i) / double(sh.hd)));
     cpu::RopeTable rope;
     rope.ensure(inv_freq.data(), sh.hd, 4096);
-    for (DType dt : {DType::F32, DType::F16, DType::Q8_0})
+    for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
       for (const bool pre_rope : {false, true})
         for (const int64_t window : {0, 300}) {
-          const void* kp = dt == DType::Q8_0  ? (const void*)k8.data()
-                           : dt == DType::F16 ? (const void*)kh.data()
-                                              : kc.data();
-          const void* vp = dt == DType::Q8_0  ? (const void*)v8.data()
-                           : dt == DType::F16 ? (const void*)vh.data()
-                                              : vc.data();
+          const void* kp = dt == DType::Q8_0   ? (const void*)k8.data()
+                           : dt == DType::F16  ? (const void*)kh.data()
+                           : dt == DType::BF16 ? (const void*)kb.data()
+                                               : kc.data();
+          const void* vp = dt == DType::Q8_0   ? (const void*)v8.data()
+                           : dt == DType::F16  ? (const void*)vh.data()
+                           : dt == DType::BF16 ? (const void*)vb.data()
+                                               : vc.data();
           auto run = [&](cpu::KvReads r, int n_thr) {
             cpu::set_kv_reads(r);
             cpu::set_n_threads(n_thr);
@@ -584,12 +612,13 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
   }
   cpu::set_kv_reads(cpu::KvReads::Auto);
   cpu::set_n_threads(saved);
-  EXPECT_EQ(checked, 36);
+  EXPECT_EQ(checked, 48);
 }
 
 // A batch whose partition states pass one wave's (two runs of 128 queries, 8 heads of 64, over
 // 8,192 keys: 2.2M floats a run) is computed in waves of whole runs: each query's bits are
-// those of its run alone, and the same at 1, 2 and 8 threads.
+// those of its run alone (and the last one's, alone), and the same at 1, 2 and 8 threads; with
+// an f32 cache and a bf16 one (AMX tiles where the set has them).
 TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
   const int64_t hd = 64, n_head_kv = 2, n_head = 8, kv_dim = n_head_kv * hd;
   const int32_t bs = 16, len = 8192, n_new = 256, run_len = 128;
@@ -600,32 +629,49 @@ TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
   for (auto& v : vc) v = nd(rng);
   std::vector<float> q(size_t(n_new * n_head * hd));
   for (auto& v : q) v = 2.f * nd(rng);
+  std::vector<uint16_t> kb(kc.size()), vb(vc.size());
+  for (size_t i = 0; i < kc.size(); ++i) {
+    kb[i] = f32_to_bf16(kc[i]);
+    vb[i] = f32_to_bf16(vc[i]);
+  }
   const int saved = cpu::n_threads();
-  // queries [first, first + n) of the last n_new positions, in one call
-  auto run = [&](int32_t first, int32_t n) {
-    Batch batch;
-    batch.block_tables.emplace_back();
-    for (int32_t b = 0; b < len / bs; ++b) batch.block_tables.back().push_back(b);
-    for (int32_t i = first; i < first + n; ++i) batch.add(7, len - n_new + i, 0, true);
-    batch.finish(bs);
-    const BatchArgs args = batch.args(batch.packed().data());
-    std::vector<float> out(size_t(n * n_head * hd), NAN);
-    cpu::attention(q.data() + size_t(first * n_head * hd), kc.data(), vc.data(), DType::F32, kv_dim,
-                   args, AttnShape{n_head, n_head_kv, hd, 0}, nullptr, out.data());
-    return out;
-  };
-  cpu::set_n_threads(1);
-  const auto want = run(0, n_new);
-  for (float v : want) ASSERT_TRUE(std::isfinite(v));
-  for (const int n_thr : {1, 2, 8}) {
-    cpu::set_n_threads(n_thr);
-    const auto all = run(0, n_new);
-    ASSERT_EQ(std::memcmp(all.data(), want.data(), want.size() * 4), 0) << n_thr << " threads";
-    for (int32_t first = 0; first < n_new; first += run_len) {
-      const auto alone = run(first, run_len);
-      ASSERT_EQ(
-          std::memcmp(alone.data(), want.data() + size_t(first * n_head * hd), alone.size() * 4), 0)
-          << "queries from " << first << ", " << n_thr << " threads";
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    // queries [first, first + n) of the last n_new positions, in one call
+    auto run = [&](int32_t first, int32_t n) {
+      Batch batch;
+      batch.block_tables.emplace_back();
+      for (int32_t b = 0; b < len / bs; ++b) batch.block_tables.back().push_back(b);
+      for (int32_t i = first; i < first + n; ++i) batch.add(7, len - n_new + i, 0, true);
+      batch.finish(bs);
+      const BatchArgs args = batch.args(batch.packed().data());
+      std::vector<float> out(size_t(n * n_head * hd), NAN);
+      const bool b16 = dt == DType::BF16;
+      cpu::attention(q.data() + size_t(first * n_head * hd),
+                     b16 ? (const void*)kb.data() : kc.data(),
+                     b16 ? (const void*)vb.data() : vc.data(), dt, kv_dim, args,
+                     AttnShape{n_head, n_head_kv, hd, 0}, nullptr, out.data());
+      return out;
+    };
+    cpu::set_n_threads(1);
+    const auto want = run(0, n_new);
+    for (float v : want) ASSERT_TRUE(std::isfinite(v));
+    for (const int n_thr : {1, 2, 8}) {
+      cpu::set_n_threads(n_thr);
+      const auto all = run(0, n_new);
+      ASSERT_EQ(std::memcmp(all.data(), want.data(), want.size() * 4), 0) << n_thr << " threads";
+      for (int32_t first = 0; first < n_new; first += run_len) {
+        const auto alone = run(first, run_len);
+        ASSERT_EQ(
+            std::memcmp(alone.data(), want.data() + size_t(first * n_head * hd), alone.size() * 4),
+            0)
+            << "queries from " << first << ", " << n_thr << " threads, " << dtype_name(dt);
+      }
+      // the last query alone (decode): its bits in the long batch
+      const auto last = run(n_new - 1, 1);
+      ASSERT_EQ(std::memcmp(last.data(), want.data() + size_t((n_new - 1) * n_head * hd),
+                            last.size() * 4),
+                0)
+          << "the last query alone, " << n_thr << " threads, " << dtype_name(dt);
     }
   }
   cpu::set_n_threads(saved);

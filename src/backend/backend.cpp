@@ -59,13 +59,16 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& opt) {
   Device d = opt.device;
   if (d == Device::Auto) d = cuda_available() ? Device::Cuda : Device::Cpu;
   const std::string& kv = opt.kv_cache_dtype;
-  if (!kv.empty() && kv != "f32" && kv != "f16" && kv != "q8_0")
-    throw std::runtime_error("--kv-cache-dtype " + kv + ": expected f32, f16 or q8_0");
+  if (!kv.empty() && kv != "f32" && kv != "f16" && kv != "bf16" && kv != "q8_0")
+    throw std::runtime_error("--kv-cache-dtype " + kv + ": expected f32, f16, bf16 or q8_0");
   if (d == Device::Cpu)
-    return make_cpu_backend(kv == "f16" ? DType::F16 : kv == "q8_0" ? DType::Q8_0 : DType::F32);
+    return make_cpu_backend(kv == "f16"    ? DType::F16
+                            : kv == "bf16" ? DType::BF16
+                            : kv == "q8_0" ? DType::Q8_0
+                                           : DType::F32);
   // the GPU's cache: f16 or q8_0, f32 with --gpu-f32 (its kernels pair f32
   // weights with an f32 cache)
-  if (!kv.empty() && (opt.gpu_f32 ? kv != "f32" : kv == "f32"))
+  if (!kv.empty() && (opt.gpu_f32 ? kv != "f32" : kv == "f32" || kv == "bf16"))
     throw std::runtime_error("--kv-cache-dtype " + kv + " on the GPU: its cache is f16 or q8_0, " +
                              "f32 with --gpu-f32");
 #ifdef WICK_CUDA

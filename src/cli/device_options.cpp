@@ -49,11 +49,12 @@ void add_device_options(CLI::App* cmd) {
                   "types of wick quantize)")
       ->check(CLI::IsMember(kQuantizeTypes));
   cmd->add_option("--kv-cache-dtype", p.kv_cache_dtype,
-                  "the KV cache's type: f32, f16 (half the memory) or q8_0 (head dims a multiple "
+                  "the KV cache's type: f32, f16 (half the memory), bf16 (CPU only: half the "
+                  "memory; with AMX, attention on tiles in bf16) or q8_0 (head dims a multiple "
                   "of 32: 0.27 of f32's memory, 0.53 of f16's); default f32 on the CPU, f16 on a "
                   "GPU, f32 there with --gpu-f32 (the only type it takes)")
       ->envname("WICK_KV_CACHE_DTYPE")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->add_option("--rope-scaling", p.rope_scaling,
                   "RoPE scaling over the model's own: none, linear or yarn (with --rope-scale; "
                   "as llama.cpp's flags)")

@@ -1,5 +1,5 @@
-// Causal attention through the batch's block table, on f32, f16 or q8_0 K/V
-// (f16 and q8_0 rows widened to f32 as a chunk is read: fewer bytes), over key
+// Causal attention through the batch's block table, on f32, f16, bf16 or q8_0 K/V
+// (f16, bf16 and q8_0 rows widened to f32 as a chunk is read: fewer bytes), over key
 // chunks of 64 positions with an online softmax: no score row longer than a
 // chunk is kept, and each K/V chunk is read (and, for pre-RoPE keys, rotated)
 // once for every query of a run and every head of a KV head's group, its keys
@@ -15,6 +15,9 @@
 // busy in decode), and a query's partitions are combined in their order.
 // A work item covers one KV head, or in decode every KV head (KvReads): which
 // thread computes a head's partition never changes its arithmetic.
+// A bf16 cache on a kernel set with AMX tiles takes run_item_tiles instead: the
+// same items and chunks, each chunk's products on tiles in bf16 (q and the
+// softmax weights rounded too), every query row alike (attention_amx.inc).
 #include <omp.h>
 
 #include <algorithm>
@@ -55,6 +58,36 @@ int64_t first_key(const AttnShape& s, int64_t p) {
   return s.sliding_window > 0 ? std::max<int64_t>(0, p - s.sliding_window + 1) : 0;
 }
 
+// The slots of positions [c0, c1) of a sequence (block table `table`, fills `fill` or none),
+// and the bits of those that hold keys (j: c0 + j; holes past a block's fill do not).
+uint64_t chunk_slots(int64_t bs, const int32_t* table, const int32_t* fill, int64_t c0, int64_t c1,
+                     int64_t* slot) {
+  uint64_t valid = 0;
+  for (int64_t j = c0; j < c1; ++j) {
+    const int64_t blk = j / bs;
+    slot[j - c0] = int64_t(table[blk]) * bs + j % bs;
+    if (!fill || (j % bs >= (fill[blk] >> 16) && j % bs < (fill[blk] & 0xffff)))
+      valid |= uint64_t(1) << (j - c0);
+  }
+  return valid;
+}
+
+// The keys of chunk [c0, c1) a query at p sees (0: none).
+uint64_t live_keys(const AttnShape& s, int64_t p, int64_t c0, int64_t c1, uint64_t valid) {
+  const int64_t j0 = std::max(c0, first_key(s, p)) - c0, j1 = std::min(c1, p + 1) - c0;
+  if (j0 >= j1) return 0;
+  return valid & (j1 - j0 == 64 ? ~uint64_t(0) : (uint64_t(1) << (j1 - j0)) - 1) << j0;
+}
+
+// A key row rotated to position j (keys kept before RoPE): rope()'s arithmetic.
+void rotate_key(const float* src, const float* cs, int64_t half, float* row) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = src[i], x1 = src[i + half];
+    row[i] = x0 * cs[i] - x1 * cs[half + i];
+    row[i + half] = x1 * cs[i] + x0 * cs[half + i];
+  }
+}
+
 // What every work item of one call reads.
 struct Call {
   const float* q;
@@ -67,10 +100,105 @@ struct Call {
   int64_t heads_per_item;  // 1, or every KV head (whole rows)
 };
 
+// The states of an item's groups for its partition, cleared: (max -inf, sum 0, out 0) for each
+// (query, head of the group).
+void clear_states(const std::vector<Group>& groups, const Item& item, int64_t heads_per_item,
+                  int64_t n_q, int64_t n_st, float* states) {
+  for (size_t g = item.group; g < item.group + size_t(heads_per_item); ++g) {
+    const Group& w = groups[g];
+    float* state = states + w.state + size_t((item.part - w.part0) * n_q * n_st);
+    std::fill(state, state + n_q * n_st, 0.f);
+    for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
+  }
+}
+
+// run_item for a bf16 cache where the kernel set has AMX tiles (attention_amx.inc): each
+// chunk's keys and values laid out as tiles once for all the item's rows (a row: one query
+// head of one token, rounded to bf16 once an item), then through attn_tiles. Keys kept before
+// RoPE are widened, rotated as run_item does and rounded again.
+void run_item_tiles(const Call& c, const std::vector<Group>& groups, const Item& item,
+                    float* states) {
+  const auto& k = simd();
+  const BatchArgs& b = c.b;
+  const AttnShape& s = c.s;
+  const int64_t hd = s.head_dim, half = hd / 2, group = s.n_head / s.n_head_kv, bs = b.block_size,
+                n_st = hd + 2, hd32 = (hd + 31) / 32 * 32;
+  const size_t row_b = row_bytes(DType::BF16, c.kv_dim);
+  const float scale = 1.f / std::sqrt(float(hd)) * s.score_factor;
+  const Group& w0 = groups[item.group];
+  const int64_t seq = b.seq_of[w0.first];
+  const int32_t* table = b.block_table + seq * b.max_blocks;
+  const int32_t* fill = b.block_fill ? b.block_fill + seq * b.max_blocks : nullptr;
+  const int32_t* shift = b.block_fill ? b.block_shift + seq * b.max_blocks : nullptr;
+  const int64_t p_first = b.positions[w0.first], p_last = b.positions[w0.first + w0.n - 1];
+  const int64_t n_q = w0.n * group, n_rows = (n_q + 15) / 16 * 16;
+  clear_states(groups, item, c.heads_per_item, n_q, n_st, states);
+  // the item's query rows in bf16, each group's n_rows apart
+  thread_local std::vector<uint16_t> qh, rotated;
+  thread_local std::vector<uint32_t> kt, vt;
+  thread_local std::vector<float> wide;
+  thread_local std::vector<uint64_t> live;
+  qh.assign(size_t(c.heads_per_item * n_rows * hd32), 0);
+  for (int64_t g = 0; g < c.heads_per_item; ++g) {
+    const Group& w = groups[item.group + size_t(g)];
+    for (int64_t t = 0; t < w.n; ++t)  // the group's heads of a token are adjacent rows
+      k.bf16_rows(c.q + ((w.first + t) * s.n_head + w.kv_head * group) * hd, hd, group, hd,
+                  reinterpret_cast<uint32_t*>(qh.data() + (g * n_rows + t * group) * hd32),
+                  hd32 / 2);
+  }
+  kt.resize(size_t(4 * hd32 / 32 * 256));
+  vt.resize(size_t((hd + 15) / 16 * 2 * 256));
+  live.resize(size_t(n_rows));
+  if (c.rope) {
+    rotated.resize(size_t(kChunk * hd));
+    wide.resize(size_t(2 * hd));
+  }
+  const int64_t k_end = std::min(p_last + 1, (item.part + 1) * kPart);
+  for (int64_t c0 = std::max(first_key(s, p_first) / kChunk * kChunk, item.part * kPart);
+       c0 < k_end; c0 += kChunk) {
+    const int64_t c1 = std::min(c0 + kChunk, k_end);
+    int64_t slot[kChunk];
+    const uint64_t valid = chunk_slots(bs, table, fill, c0, c1, slot);
+    for (int64_t g = 0; g < c.heads_per_item; ++g) {
+      const Group& w = groups[item.group + size_t(g)];
+      const size_t head_off = size_t(w.kv_head) * row_bytes(DType::BF16, hd);
+      const uint16_t* kp[kChunk];
+      const uint16_t* vp[kChunk];
+      for (int64_t jj = 0; jj < kChunk; ++jj) {
+        kp[jj] = vp[jj] = nullptr;  // not valid: zeros
+        if (!((valid >> jj) & 1)) continue;
+        const size_t off = size_t(slot[jj]) * row_b + head_off;
+        kp[jj] = reinterpret_cast<const uint16_t*>(c.kb + off);
+        vp[jj] = reinterpret_cast<const uint16_t*>(c.vb + off);
+        if (c.rope) {
+          const int64_t j = c0 + jj, blk = j / bs;
+          for (int64_t d = 0; d < hd; ++d) wide[size_t(d)] = bf16_to_f32(kp[jj][d]);
+          rotate_key(wide.data(), c.rope->row(shift ? j - shift[blk] : j), half, wide.data() + hd);
+          uint16_t* row = rotated.data() + jj * hd;
+          for (int64_t d = 0; d < hd; ++d) row[d] = f32_to_bf16(wide[size_t(hd + d)]);
+          kp[jj] = row;
+        }
+      }
+      k.attn_tiles_kv(kp, vp, hd, kt.data(), vt.data());
+      uint64_t any = 0;
+      for (int64_t t = 0; t < w.n; ++t) {
+        const uint64_t lv = live_keys(s, b.positions[w.first + t], c0, c1, valid);
+        for (int64_t h = 0; h < group; ++h) live[size_t(t * group + h)] = lv;
+        any |= lv;
+      }
+      if (!any) continue;
+      float* state = states + w.state + size_t((item.part - w.part0) * n_q * n_st);
+      k.attn_tiles(qh.data() + g * n_rows * hd32, n_q, hd, scale, kt.data(), vt.data(), live.data(),
+                   state, n_st);
+    }
+  }
+}
+
 // One work item: the online softmax of its groups' queries over its partition's chunks, into
 // their states for that partition.
 void run_item(const Call& c, const std::vector<Group>& groups, const Item& item, float* states) {
   const auto& k = simd();
+  if (c.dtype == DType::BF16 && k.attn_tiles) return run_item_tiles(c, groups, item, states);
   const BatchArgs& b = c.b;
   const AttnShape& s = c.s;
   const RopeTable* rope = c.rope;
@@ -102,11 +230,7 @@ void run_item(const Call& c, const std::vector<Group>& groups, const Item& item,
   auto state_of = [&](const Group& w) {
     return states + w.state + size_t((part - w.part0) * n_q * n_st);
   };
-  for (size_t g = item.group; g < item.group + size_t(heads_per_item); ++g) {
-    float* state = state_of(groups[g]);
-    std::fill(state, state + n_q * n_st, 0.f);
-    for (int64_t i = 0; i < n_q; ++i) state[i * n_st] = -INFINITY;
-  }
+  clear_states(groups, item, heads_per_item, n_q, n_st, states);
   thread_local std::vector<float> kt, wide, rotated;
   kt.resize(size_t(hd * kChunk));
   if (rope) rotated.resize(size_t(kChunk * hd));
@@ -121,13 +245,7 @@ void run_item(const Call& c, const std::vector<Group>& groups, const Item& item,
     const int64_t c1 = std::min(c0 + kChunk, k_end);
     // the chunk's slots and valid rows, for every KV head of the item
     int64_t slot[kChunk];
-    uint64_t valid = 0;
-    for (int64_t j = c0; j < c1; ++j) {
-      const int64_t blk = j / bs;
-      slot[j - c0] = int64_t(table[blk]) * bs + j % bs;
-      if (!fill || (j % bs >= (fill[blk] >> 16) && j % bs < (fill[blk] & 0xffff)))
-        valid |= uint64_t(1) << (j - c0);
-    }
+    const uint64_t valid = chunk_slots(bs, table, fill, c0, c1, slot);
     if (whole_rows)
       for (int64_t j = c0; j < c1;) {
         const int64_t n = std::min(c1, (j / bs + 1) * bs) - j;
@@ -175,14 +293,10 @@ void run_item(const Call& c, const std::vector<Group>& groups, const Item& item,
                                          : static_cast<const void*>(kb + off);
         if (rope) {
           const int64_t j = c0 + jj, blk = j / bs;
-          const float* src = static_cast<const float*>(key);
-          const float* cs = rope->row(shift ? j - shift[blk] : j);  // holes do not count
           float* row = rotated.data() + jj * hd;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x0 = src[i], x1 = src[i + half];
-            row[i] = x0 * cs[i] - x1 * cs[half + i];
-            row[i + half] = x1 * cs[i] + x0 * cs[half + i];
-          }
+          // holes do not count
+          rotate_key(static_cast<const float*>(key), rope->row(shift ? j - shift[blk] : j), half,
+                     row);
           key = row;
         }
         kp[jj] = key;
@@ -190,13 +304,8 @@ void run_item(const Call& c, const std::vector<Group>& groups, const Item& item,
       k.keys_t(kp, keys_as_stored ? dtype : DType::F32, hd, kt.data());
       float* state = state_of(w);
       for (int64_t t = 0; t < w.n; ++t) {
-        const int64_t p = b.positions[w.first + t];
-        const int64_t j0 = std::max(c0, first_key(s, p)) - c0, j1 = std::min(c1, p + 1) - c0;
-        if (j0 >= j1) continue;  // nothing of this query's range here
-        const uint64_t range = (j1 - j0 == 64 ? ~uint64_t(0) : (uint64_t(1) << (j1 - j0)) - 1)
-                               << j0;
-        const uint64_t live = valid & range;
-        if (!live) continue;
+        const uint64_t live = live_keys(s, b.positions[w.first + t], c0, c1, valid);
+        if (!live) continue;  // nothing of this query's range here
         // the group's query heads two at a time, three once for an odd group (one load of kt
         // and the value rows for them all)
         const float* qt = q + ((w.first + t) * s.n_head + w.kv_head * group) * hd;
@@ -277,8 +386,8 @@ void attention(const float* q, const void* kl, const void* vl, DType dtype, int6
                const BatchArgs& b, const AttnShape& s, const RopeTable* rope, float* out) {
   const int64_t hd = s.head_dim, group = s.n_head / s.n_head_kv;
   if (hd > 512) throw std::runtime_error("CPU attention: head_dim above 512");
-  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::Q8_0)
-    throw std::runtime_error("CPU attention: KV cache of f32, f16 or q8_0 only");
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::Q8_0)
+    throw std::runtime_error("CPU attention: KV cache of f32, f16, bf16 or q8_0 only");
   if (dtype == DType::Q8_0 && hd % 32)
     throw std::runtime_error(
         "CPU attention: a q8_0 KV cache needs a head dim that is a multiple "

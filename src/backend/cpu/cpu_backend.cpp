@@ -209,9 +209,10 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(DType kv_dtype) {
-  if (kv_dtype != DType::F32 && kv_dtype != DType::F16 && kv_dtype != DType::Q8_0)
+  if (kv_dtype != DType::F32 && kv_dtype != DType::F16 && kv_dtype != DType::BF16 &&
+      kv_dtype != DType::Q8_0)
     throw std::runtime_error(std::string("CPU KV cache: ") + dtype_name(kv_dtype) +
-                             " is not supported (f32, f16 or q8_0)");
+                             " is not supported (f32, f16, bf16 or q8_0)");
   return std::make_unique<CpuBackend>(kv_dtype);
 }
 

@@ -129,6 +129,12 @@ void kv_write(void* k_layer, void* v_layer, DType dtype, int64_t kv_dim, const i
     if (dtype == DType::F16) {
       simd().f16_from_f32(k + t * d, reinterpret_cast<uint16_t*>(kc), d);
       simd().f16_from_f32(v + t * d, reinterpret_cast<uint16_t*>(vc), d);
+    } else if (dtype == DType::BF16) {  // to nearest even, as the activations' rows
+      auto *kh = reinterpret_cast<uint16_t*>(kc), *vh = reinterpret_cast<uint16_t*>(vc);
+      for (int64_t i = 0; i < d; ++i) {
+        kh[i] = f32_to_bf16(k[t * d + i]);
+        vh[i] = f32_to_bf16(v[t * d + i]);
+      }
     } else if (dtype == DType::Q8_0) {
       quantize_row(DType::Q8_0, k + t * d, kc, d);
       quantize_row(DType::Q8_0, v + t * d, vc, d);

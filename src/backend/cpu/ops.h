@@ -76,7 +76,7 @@ class RopeTable {
 
 // out [n_tokens, n_head * head_dim]: causal attention of q over each token's
 // own sequence, through the batch's block table (skipping holes past a
-// block's fill), on one layer's storage (f32 or f16 rows); `rope` set for
+// block's fill), on one layer's storage (f32, f16, bf16 or q8_0 rows); `rope` set for
 // pre-RoPE keys.
 void attention(const float* q, const void* k_layer, const void* v_layer, DType dtype,
                int64_t kv_dim, const BatchArgs& b, const AttnShape& s, const RopeTable* rope,

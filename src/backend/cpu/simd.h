@@ -46,14 +46,24 @@ struct SimdKernels {
   void (*attn_chunk3)(const float* const* q, int64_t hd, float scale, const float* kt,
                       const float* const* v, uint64_t live, float* const* st);
   void (*silu_mul)(float* gate, const float* up, int64_t n);  // gate = silu(gate) * up
-  // n_rows rows of n elements of type t (f16 or q8_0; src_stride bytes apart) widened into f32
-  // rows (dst_stride apart).
+  // n_rows rows of n elements of type t (f16, bf16 or q8_0; src_stride bytes apart) widened into
+  // f32 rows (dst_stride apart).
   void (*kv_rows)(DType t, const void* src, size_t src_stride, float* dst, int64_t dst_stride,
                   int64_t n_rows, int64_t n);
   void (*f16_from_f32)(const float* src, uint16_t* dst, int64_t n);  // rounded to nearest even
   // kt [hd][64] = 64 rows of hd elements of type t, f32, f16 or q8_0 (nullptr: zeros), as f32
   // transposed (a chunk's keys for attn_chunk); q8_0 rows start at a block.
   void (*keys_t)(const void* const* rows, DType t, int64_t hd, float* kt);
+
+  // Attention over a bf16 cache on AMX tiles: the amx set's, nullptr in the others
+  // (attention_amx.inc). attn_tiles_kv lays a chunk's 64 key and value rows (bf16, hd
+  // elements; nullptr: zeros) out as B tiles; attn_tiles takes n_rows query rows (bf16, hd
+  // rounded up to 32 apart, zeros past hd and past n_rows to a multiple of 16) through the
+  // chunk: row r's live keys, its state st + r * n_st as attn_chunk's.
+  void (*attn_tiles_kv)(const uint16_t* const* k, const uint16_t* const* v, int64_t hd,
+                        uint32_t* kb, uint32_t* vb);
+  void (*attn_tiles)(const uint16_t* q, int64_t n_rows, int64_t hd, float scale, const uint32_t* kb,
+                     const uint32_t* vb, const uint64_t* live, float* st, int64_t n_st);
 };
 
 // The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16|amx overrides. In the ASan
