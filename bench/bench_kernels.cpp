@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/batch.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed.h"
 #include "backend/cpu/simd.h"
@@ -228,8 +229,46 @@ void BM_AttnDecode(benchmark::State& st, DType t, cpu::KvReads reads) {
                                               benchmark::Counter::kIs1000);
   st.SetLabel(cpu::simd().isa);
 }
+// One thread: a prefill chunk's attention, 128 queries after range(0) keys, on one layer of
+// Qwen2.5-0.5B's shape (14 query heads on 2 KV heads of 64) with a cache of type t (bf16: on
+// AMX tiles where the kernel set has them). Counted in query tokens a second.
+void BM_AttnPrefill(benchmark::State& st, DType t) {
+  const int64_t n_head = 14, n_head_kv = 2, hd = 64, kv_dim = n_head_kv * hd, bs = 16, n_q = 128;
+  const int64_t depth = st.range(0), n_ctx = depth + n_q, n_blocks = (n_ctx + bs - 1) / bs;
+  std::mt19937 rng(1);
+  auto kv = random_weight(t, 2 * n_blocks * bs, kv_dim, rng);
+  const size_t layer_b = size_t(n_blocks * bs) * row_bytes(t, kv_dim);
+  std::vector<float> q(size_t(n_q * n_head * hd)), out(q.size());
+  std::normal_distribution<float> nd;
+  for (auto& v : q) v = nd(rng);
+  Batch batch;
+  batch.block_tables.emplace_back();
+  for (int64_t i = 0; i < n_blocks; ++i) batch.block_tables.back().push_back(int32_t(i));
+  for (int64_t i = 0; i < n_q; ++i) batch.add(7, int32_t(depth + i), 0, true);
+  batch.finish(int32_t(bs));
+  const BatchArgs b = batch.args(batch.packed().data());
+  cpu::set_n_threads(1);
+  for (auto _ : st) {
+    cpu::attention(q.data(), kv.data(), kv.data() + layer_b, t, kv_dim, b,
+                   AttnShape{n_head, n_head_kv, hd, 0}, nullptr, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  cpu::set_n_threads(0);
+  st.counters["tok/s"] =
+      benchmark::Counter(double(n_q), benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(cpu::simd().isa);
+}
+[[maybe_unused]] const bool kAttnPrefillRegistered = [] {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    benchmark::RegisterBenchmark((std::string("BM_AttnPrefill/") + dtype_name(t)).c_str(),
+                                 BM_AttnPrefill, t)
+        ->Arg(512)
+        ->Arg(2048);
+  return true;
+}();
+
 [[maybe_unused]] const bool kAttnRegistered = [] {
-  for (DType t : {DType::F32, DType::F16, DType::Q8_0})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
     for (auto [reads, name] : {std::pair{cpu::KvReads::WholeRows, "whole"},
                                std::pair{cpu::KvReads::HeadSlices, "slices"}})
       benchmark::RegisterBenchmark(

@@ -192,6 +192,7 @@ void run_item_tiles(const Call& c, const std::vector<Group>& groups, const Item&
                    state, n_st);
     }
   }
+  k.tiles_release();
 }
 
 // One work item: the online softmax of its groups' queries over its partition's chunks, into

@@ -64,6 +64,7 @@ struct SimdKernels {
                         uint32_t* kb, uint32_t* vb);
   void (*attn_tiles)(const uint16_t* q, int64_t n_rows, int64_t hd, float scale, const uint32_t* kb,
                      const uint32_t* vb, const uint64_t* live, float* st, int64_t n_st);
+  void (*tiles_release)();  // after a work item's attn_tiles calls
 };
 
 // The best for this CPU; WICK_ISA=generic|avx2|avx512|avx512bf16|amx overrides. In the ASan
