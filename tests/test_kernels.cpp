@@ -342,8 +342,9 @@ class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
 // float dot products of hd terms, float exp and a float sum and axpy over <= 600 positions:
 // at most 6e-7 * max |v| measured with each kernel set (generic, avx2, avx512 through
 // WICK_ISA); a wrong slot, mask or head shows as errors of order 0.1.
-// A bf16 cache on AMX tiles also rounds q and the softmax weights to bf16 (2^-8 each):
-constexpr double kTilesTol = 1e-2;  // measured: 1.9e-3 to 3.5e-3
+// A bf16 cache in bf16 products (AVX-512 BF16, AMX) also rounds q and the softmax weights to
+// bf16 (2^-8 each):
+constexpr double kBf16ProductsTol = 1e-2;  // measured: 1.9e-3 to 3.5e-3
 TEST_P(PagedAttention, MatchesFloat64Reference) {
   const auto [hd, gqa] = GetParam();
   const int64_t n_head_kv = 2, n_head = n_head_kv * gqa, kv_dim = n_head_kv * hd;
@@ -353,7 +354,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
   const std::vector<Seq> seqs{{600, 6}, {530, 1}, {37, 37}, {516, 3}, {2200, 5}, {1030, 1}};
   std::mt19937 rng(unsigned(hd * 100 + gqa));
   std::normal_distribution<float> nd;
-  double worst = 0, worst_tiles = 0;
+  double worst = 0, worst_bf16 = 0;
   int checked = 0;
   for (const int32_t bs : {16, 1, 2200}) {  // 2200: one block holds a whole sequence
     for (const int64_t window : {0, 37, 300, 1100}) {
@@ -456,10 +457,10 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
                           : b16 ? vbr
                                 : vc,
                           batch.positions, batch.seq_of, tables, bs, n_head, n_head_kv, hd, window);
-        // on AMX tiles (a bf16 cache where the set has them) q and the weights p are rounded
+        // in bf16 products (a bf16 cache where the set has them) q and the weights p are rounded
         // to bf16 too
-        const bool tiles = b16 && cpu::simd().attn_tiles;
-        const double tol = (tiles ? kTilesTol : 5e-6) * v_max;
+        const bool bf16_products = b16 && cpu::simd().attn_bf16;
+        const double tol = (bf16_products ? kBf16ProductsTol : 5e-6) * v_max;
         double ref_mag = 0, worst_here = 0;
         for (size_t i = 0; i < ref.size(); ++i) {
           ref_mag = std::max(ref_mag, std::fabs(ref[i]));
@@ -473,8 +474,8 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
                               << dtype_name(dt) << " cache)";
         }
         ASSERT_GT(ref_mag, 0.1);  // real values, not all zero
-        if (tiles)
-          worst_tiles = std::max(worst_tiles, worst_here);
+        if (bf16_products)
+          worst_bf16 = std::max(worst_bf16, worst_here);
         else
           worst = std::max(worst, worst_here);
       }
@@ -484,7 +485,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
   EXPECT_EQ(checked, 12);
   std::printf("[ report ] attention (%s) hd %lld gqa %lld: worst |err| / max|v| %.2e",
               cpu::simd().isa, static_cast<long long>(hd), static_cast<long long>(gqa), worst);
-  if (cpu::simd().attn_tiles) std::printf(", on tiles (bf16 cache) %.2e", worst_tiles);
+  if (cpu::simd().attn_bf16) std::printf(", in bf16 products (bf16 cache) %.2e", worst_bf16);
   std::printf("\n");
 }
 
@@ -618,7 +619,7 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
 // A batch whose partition states pass one wave's (two runs of 128 queries, 8 heads of 64, over
 // 8,192 keys: 2.2M floats a run) is computed in waves of whole runs: each query's bits are
 // those of its run alone (and the last one's, alone), and the same at 1, 2 and 8 threads; with
-// an f32 cache and a bf16 one (AMX tiles where the set has them).
+// an f32 cache and a bf16 one (bf16 products where the set has them).
 TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
   const int64_t hd = 64, n_head_kv = 2, n_head = 8, kv_dim = n_head_kv * hd;
   const int32_t bs = 16, len = 8192, n_new = 256, run_len = 128;

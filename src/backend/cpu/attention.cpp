@@ -15,9 +15,10 @@
 // busy in decode), and a query's partitions are combined in their order.
 // A work item covers one KV head, or in decode every KV head (KvReads): which
 // thread computes a head's partition never changes its arithmetic.
-// A bf16 cache on a kernel set with AMX tiles takes run_item_tiles instead: the
-// same items and chunks, each chunk's products on tiles in bf16 (q and the
-// softmax weights rounded too), every query row alike (attention_amx.inc).
+// A bf16 cache on a kernel set with AVX-512 BF16 takes run_item_bf16 instead:
+// the same items and chunks, each chunk's products in bf16 (q and the softmax
+// weights rounded too) by vdpbf16ps or on AMX tiles, every query row alike
+// (attention_bf16.inc).
 #include <omp.h>
 
 #include <algorithm>
@@ -112,12 +113,12 @@ void clear_states(const std::vector<Group>& groups, const Item& item, int64_t he
   }
 }
 
-// run_item for a bf16 cache where the kernel set has AMX tiles (attention_amx.inc): each
-// chunk's keys and values laid out as tiles once for all the item's rows (a row: one query
-// head of one token, rounded to bf16 once an item), then through attn_tiles. Keys kept before
-// RoPE are widened, rotated as run_item does and rounded again.
-void run_item_tiles(const Call& c, const std::vector<Group>& groups, const Item& item,
-                    float* states) {
+// run_item for a bf16 cache where the kernel set has bf16 products (attention_bf16.inc): each
+// chunk's keys and values laid out once for all the item's rows (a row: one query head of one
+// token, rounded to bf16 once an item), then through attn_bf16. Keys kept before RoPE are
+// widened, rotated as run_item does and rounded again.
+void run_item_bf16(const Call& c, const std::vector<Group>& groups, const Item& item,
+                   float* states) {
   const auto& k = simd();
   const BatchArgs& b = c.b;
   const AttnShape& s = c.s;
@@ -159,6 +160,14 @@ void run_item_tiles(const Call& c, const std::vector<Group>& groups, const Item&
     const int64_t c1 = std::min(c0 + kChunk, k_end);
     int64_t slot[kChunk];
     const uint64_t valid = chunk_slots(bs, table, fill, c0, c1, slot);
+    // each row's live keys (the item's groups share their queries' positions)
+    uint64_t any = 0;
+    for (int64_t t = 0; t < w0.n; ++t) {
+      const uint64_t lv = live_keys(s, b.positions[w0.first + t], c0, c1, valid);
+      for (int64_t h = 0; h < group; ++h) live[size_t(t * group + h)] = lv;
+      any |= lv;
+    }
+    if (!any) continue;
     for (int64_t g = 0; g < c.heads_per_item; ++g) {
       const Group& w = groups[item.group + size_t(g)];
       const size_t head_off = size_t(w.kv_head) * row_bytes(DType::BF16, hd);
@@ -179,27 +188,20 @@ void run_item_tiles(const Call& c, const std::vector<Group>& groups, const Item&
           kp[jj] = row;
         }
       }
-      k.attn_tiles_kv(kp, vp, hd, kt.data(), vt.data());
-      uint64_t any = 0;
-      for (int64_t t = 0; t < w.n; ++t) {
-        const uint64_t lv = live_keys(s, b.positions[w.first + t], c0, c1, valid);
-        for (int64_t h = 0; h < group; ++h) live[size_t(t * group + h)] = lv;
-        any |= lv;
-      }
-      if (!any) continue;
+      k.attn_bf16_kv(kp, vp, hd, kt.data(), vt.data());
       float* state = states + w.state + size_t((item.part - w.part0) * n_q * n_st);
-      k.attn_tiles(qh.data() + g * n_rows * hd32, n_q, hd, scale, kt.data(), vt.data(), live.data(),
-                   state, n_st);
+      k.attn_bf16(qh.data() + g * n_rows * hd32, n_q, hd, scale, kt.data(), vt.data(), live.data(),
+                  state, n_st);
     }
   }
-  k.tiles_release();
+  k.attn_bf16_done();
 }
 
 // One work item: the online softmax of its groups' queries over its partition's chunks, into
 // their states for that partition.
 void run_item(const Call& c, const std::vector<Group>& groups, const Item& item, float* states) {
   const auto& k = simd();
-  if (c.dtype == DType::BF16 && k.attn_tiles) return run_item_tiles(c, groups, item, states);
+  if (c.dtype == DType::BF16 && k.attn_bf16) return run_item_bf16(c, groups, item, states);
   const BatchArgs& b = c.b;
   const AttnShape& s = c.s;
   const RopeTable* rope = c.rope;
