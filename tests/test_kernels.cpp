@@ -342,8 +342,7 @@ class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
 // float dot products of hd terms, float exp and a float sum and axpy over <= 600 positions:
 // at most 6e-7 * max |v| measured with each kernel set (generic, avx2, avx512 through
 // WICK_ISA); a wrong slot, mask or head shows as errors of order 0.1.
-// A bf16 cache in bf16 products (AVX-512 BF16, AMX) also rounds q and the softmax weights to
-// bf16 (2^-8 each):
+// A bf16 cache on AMX tiles also rounds q and the softmax weights to bf16 (2^-8 each):
 constexpr double kBf16ProductsTol = 1e-2;  // measured: 1.9e-3 to 3.5e-3
 TEST_P(PagedAttention, MatchesFloat64Reference) {
   const auto [hd, gqa] = GetParam();
@@ -457,7 +456,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
                           : b16 ? vbr
                                 : vc,
                           batch.positions, batch.seq_of, tables, bs, n_head, n_head_kv, hd, window);
-        // in bf16 products (a bf16 cache where the set has them) q and the weights p are rounded
+        // on AMX tiles (a bf16 cache where the set has them) q and the weights p are rounded
         // to bf16 too
         const bool bf16_products = b16 && cpu::simd().attn_bf16;
         const double tol = (bf16_products ? kBf16ProductsTol : 5e-6) * v_max;
@@ -485,7 +484,7 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
   EXPECT_EQ(checked, 12);
   std::printf("[ report ] attention (%s) hd %lld gqa %lld: worst |err| / max|v| %.2e",
               cpu::simd().isa, static_cast<long long>(hd), static_cast<long long>(gqa), worst);
-  if (cpu::simd().attn_bf16) std::printf(", in bf16 products (bf16 cache) %.2e", worst_bf16);
+  if (cpu::simd().attn_bf16) std::printf(", on tiles (bf16 cache) %.2e", worst_bf16);
   std::printf("\n");
 }
 
@@ -619,7 +618,7 @@ TEST(AttentionReads, WholeRowsEqualHeadSlices) {
 // A batch whose partition states pass one wave's (two runs of 128 queries, 8 heads of 64, over
 // 8,192 keys: 2.2M floats a run) is computed in waves of whole runs: each query's bits are
 // those of its run alone (and the last one's, alone), and the same at 1, 2 and 8 threads; with
-// an f32 cache and a bf16 one (bf16 products where the set has them).
+// an f32 cache and a bf16 one (AMX tiles where the set has them).
 TEST(AttentionWaves, LongBatchEqualsItsRunsAlone) {
   const int64_t hd = 64, n_head_kv = 2, n_head = 8, kv_dim = n_head_kv * hd;
   const int32_t bs = 16, len = 8192, n_new = 256, run_len = 128;

@@ -1,5 +1,5 @@
 // The CPU's f16, bf16 and q8_0 KV caches (--kv-cache-dtype f16|bf16|q8_0). f16 and bf16 (with
-// AVX-512 BF16 or AMX: attention in bf16 products, attention_bf16.inc): half the bytes; logits near
+// AMX: attention on tiles, attention_amx.inc): half the bytes; logits near
 // transformers' on every tiny architecture; batch invariance kept (a prompt
 // in chunks has the bits of one pass, the engine's batched run the tokens of
 // sequential sessions); keys kept before RoPE (the span cache) and the

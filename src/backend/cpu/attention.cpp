@@ -15,10 +15,9 @@
 // busy in decode), and a query's partitions are combined in their order.
 // A work item covers one KV head, or in decode every KV head (KvReads): which
 // thread computes a head's partition never changes its arithmetic.
-// A bf16 cache on a kernel set with AVX-512 BF16 takes run_item_bf16 instead:
-// the same items and chunks, each chunk's products in bf16 (q and the softmax
-// weights rounded too) by vdpbf16ps or on AMX tiles, every query row alike
-// (attention_bf16.inc).
+// A bf16 cache on a kernel set with AMX tiles takes run_item_bf16 instead: the
+// same items and chunks, each chunk's products on tiles in bf16 (q and the
+// softmax weights rounded too), every query row alike (attention_amx.inc).
 #include <omp.h>
 
 #include <algorithm>
@@ -113,7 +112,7 @@ void clear_states(const std::vector<Group>& groups, const Item& item, int64_t he
   }
 }
 
-// run_item for a bf16 cache where the kernel set has bf16 products (attention_bf16.inc): each
+// run_item for a bf16 cache where the kernel set has AMX tiles (attention_amx.inc): each
 // chunk's keys and values laid out once for all the item's rows (a row: one query head of one
 // token, rounded to bf16 once an item), then through attn_bf16. Keys kept before RoPE are
 // widened, rotated as run_item does and rounded again.

@@ -55,12 +55,12 @@ struct SimdKernels {
   // transposed (a chunk's keys for attn_chunk); q8_0 rows start at a block.
   void (*keys_t)(const void* const* rows, DType t, int64_t hd, float* kt);
 
-  // Attention over a bf16 cache in bf16 products: the sets with AVX-512 BF16 (vdpbf16ps) and
-  // amx (tiles); nullptr in the others (attention_bf16.inc). attn_bf16_kv lays a chunk's 64 key
-  // and value rows (bf16, hd elements; nullptr: zeros) out as AMX B tiles; attn_bf16 takes
-  // n_rows query rows (bf16, hd rounded up to 32 apart, zeros past hd and past n_rows to a
-  // multiple of 16) through the chunk: row r's live keys, its state st + r * n_st as
-  // attn_chunk's. attn_bf16_done after a work item's calls (amx: the tiles released).
+  // Attention over a bf16 cache on AMX tiles: the amx set's, nullptr in the others
+  // (attention_amx.inc). attn_bf16_kv lays a chunk's 64 key and value rows (bf16, hd elements;
+  // nullptr: zeros) out as B tiles; attn_bf16 takes n_rows query rows (bf16, hd rounded up to
+  // 32 apart, zeros past hd and past n_rows to a multiple of 16) through the chunk: row r's
+  // live keys, its state st + r * n_st as attn_chunk's. attn_bf16_done after a work item's
+  // calls (the tiles released).
   void (*attn_bf16_kv)(const uint16_t* const* k, const uint16_t* const* v, int64_t hd, uint32_t* kb,
                        uint32_t* vb);
   void (*attn_bf16)(const uint16_t* q, int64_t n_rows, int64_t hd, float scale, const uint32_t* kb,
