@@ -180,7 +180,7 @@ void run_item_bf16(const Call& c, const std::vector<Group>& groups, const Item& 
         vp[jj] = reinterpret_cast<const uint16_t*>(c.vb + off);
         if (c.rope) {
           const int64_t j = c0 + jj, blk = j / bs;
-          for (int64_t d = 0; d < hd; ++d) wide[size_t(d)] = bf16_to_f32(kp[jj][d]);
+          k.dequant_row(DType::BF16, kp[jj], wide.data(), hd);  // exact
           rotate_key(wide.data(), c.rope->row(shift ? j - shift[blk] : j), half, wide.data() + hd);
           uint16_t* row = rotated.data() + jj * hd;
           for (int64_t d = 0; d < hd; ++d) row[d] = f32_to_bf16(wide[size_t(hd + d)]);
